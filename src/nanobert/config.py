@@ -1,0 +1,236 @@
+"""Typed configuration: the model (Hugging Face `BertConfig` field names), the training run, and presets.
+
+`ModelConfig` uses the field names of transformers' `configuration_bert.py` so a nanobert `config.json` reads
+like a BERT one and export is a rename, not a translation. `TrainConfig` holds everything about a run. A
+preset is a named pair of overrides for both; `--set key=value` overrides any single field of either, with
+the value parsed by the field's declared type (so typos and wrong types fail loudly, before any work).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from nanobert.errors import NanobertError
+
+
+@dataclass
+class ModelConfig:
+    """Shape and regularisation of a BERT encoder; defaults are the `mini` preset with an 8,192 vocabulary."""
+
+    vocab_size: int = 8192  # WordPiece 8,192: the size the project compares quality at on WikiText-2
+    hidden_size: int = 256
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    intermediate_size: int = 1024  # 4x hidden, as in BERT
+    hidden_act: str = "gelu"  # exact (erf) GELU, the activation of the original BERT and of transformers
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2  # segment A and segment B
+    layer_norm_eps: float = 1e-12  # BERT's value; transformers uses it too, which keeps the parity test exact
+    initializer_range: float = 0.02
+    pad_token_id: int = 0
+    pre_layer_norm: bool = False  # False = post-LN as in BERT; True = LayerNorm before each sublayer
+
+    def __post_init__(self) -> None:
+        positive = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                    "intermediate_size", "max_position_embeddings", "type_vocab_size")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise NanobertError(f"model config: {name} must be positive, got {getattr(self, name)}")
+        if self.hidden_size % self.num_attention_heads:
+            raise NanobertError(
+                f"model config: hidden_size {self.hidden_size} is not divisible by num_attention_heads "
+                f"{self.num_attention_heads}; pick a head count that divides it"
+            )
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise NanobertError(f"model config: {name} must be in [0, 1), got {getattr(self, name)}")
+        if self.hidden_act != "gelu":
+            raise NanobertError(f"model config: hidden_act {self.hidden_act!r} is not supported; use 'gelu'")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise NanobertError(f"model config: pad_token_id {self.pad_token_id} is outside the vocabulary")
+        if self.layer_norm_eps <= 0 or self.initializer_range <= 0:
+            raise NanobertError("model config: layer_norm_eps and initializer_range must be positive")
+
+
+# Model shapes. Intermediate size is 4x hidden; the names follow Google's small-BERT release where they overlap.
+MODEL_PRESETS: dict[str, dict[str, int]] = {
+    "tiny": dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2),
+    "mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4),
+    "small": dict(num_hidden_layers=4, hidden_size=512, num_attention_heads=8),
+    "medium": dict(num_hidden_layers=8, hidden_size=512, num_attention_heads=8),
+    "base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12),
+}
+for _shape in MODEL_PRESETS.values():
+    _shape["intermediate_size"] = 4 * _shape["hidden_size"]
+
+
+@dataclass
+class TrainConfig:
+    """One pretraining run. The length is set by exactly one of max_steps, epochs or time_budget."""
+
+    seed: int = 1337
+    # data
+    vocab_size: int = 8192  # WordPiece size to train; the model's vocab_size follows the trained tokenizer
+    max_seq_len: int = 128
+    mask_prob: float = 0.15
+    max_predictions: int | None = None  # cap on masked positions per sequence (None: no cap)
+    short_seq_prob: float = 0.1  # Google's probability of a shorter target length, so short inputs are seen
+    whole_word_mask: bool = False
+    bucket_by_length: bool = True  # length-bucketed batches waste less compute on padding
+    # optimisation
+    batch_size: int = 32
+    grad_accum_steps: int = 1
+    learning_rate: float = 5e-4
+    weight_decay: float = 0.01  # not applied to biases and LayerNorm weights
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-6
+    warmup_ratio: float = 0.06  # share of the planned steps spent warming up linearly
+    min_lr_ratio: float = 0.0  # the linear decay ends at learning_rate * min_lr_ratio
+    grad_clip: float = 1.0
+    # length (at most one set; none set means the preset's choice)
+    max_steps: int | None = None
+    epochs: float | None = None
+    time_budget: float | None = None  # seconds of training; steps are re-planned from the measured speed
+    # evaluation and logging
+    eval_interval: int = 200
+    eval_batch_size: int = 64
+    eval_seed: int = 0  # fixed masking seed for held-out metrics, so every evaluation masks the same way
+    log_interval: int = 20
+    early_stopping_patience: int | None = None  # evaluations without a new best before stopping
+    # hardware
+    device: str = "auto"
+    precision: str = "auto"  # auto = bf16 autocast on CUDA, fp32 on CPU; or "fp32" / "bf16"
+    compile: bool = False
+    num_workers: int = 0
+
+    def __post_init__(self) -> None:
+        lengths = [n for n in ("max_steps", "epochs", "time_budget") if getattr(self, n) is not None]
+        if len(lengths) > 1:
+            raise NanobertError(f"train config: set only one of max_steps, epochs, time_budget (got {lengths})")
+        checks = [
+            ("max_seq_len", self.max_seq_len >= 8, "at least 8"),
+            ("mask_prob", 0.0 < self.mask_prob < 1.0, "in (0, 1)"),
+            ("batch_size", self.batch_size >= 1, "at least 1"),
+            ("grad_accum_steps", self.grad_accum_steps >= 1, "at least 1"),
+            ("learning_rate", self.learning_rate > 0, "positive"),
+            ("warmup_ratio", 0.0 <= self.warmup_ratio < 1.0, "in [0, 1)"),
+            ("eval_interval", self.eval_interval >= 1, "at least 1"),
+            ("log_interval", self.log_interval >= 1, "at least 1"),
+            ("vocab_size", self.vocab_size > 5, "larger than the 5 special tokens"),
+            ("max_steps", self.max_steps is None or self.max_steps >= 1, "at least 1"),
+            ("epochs", self.epochs is None or self.epochs > 0, "positive"),
+            ("time_budget", self.time_budget is None or self.time_budget > 0, "positive"),
+            ("device", self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
+             "auto, cpu or cuda"),
+            ("precision", self.precision in ("auto", "fp32", "bf16"), "auto, fp32 or bf16"),
+        ]
+        for name, ok, want in checks:
+            if not ok:
+                raise NanobertError(f"train config: {name} must be {want}, got {getattr(self, name)!r}")
+
+
+# A preset names a model shape plus the training settings that suit it. `toy` memorises the built-in toy
+# corpus in seconds; the wikitext2-* presets are the measured recipes (see benchmarks/README.md).
+PRESETS: dict[str, dict[str, Any]] = {
+    **{name: {"model": dict(shape), "train": {}} for name, shape in MODEL_PRESETS.items()},
+    "toy": {
+        "model": dict(MODEL_PRESETS["tiny"], hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+        "train": dict(vocab_size=200, max_seq_len=64, batch_size=16, learning_rate=2e-3, max_steps=300,
+                      eval_interval=100, log_interval=25, warmup_ratio=0.05, bucket_by_length=False),
+    },
+}
+
+
+def _parse_value(raw: str, annotation: Any, key: str) -> Any:
+    """Parse `raw` as a value of the dataclass field type `annotation` (int, float, bool, str, or X | None)."""
+    if isinstance(annotation, str):  # postponed annotations: resolve the few types used above
+        annotation = eval(annotation, {"Any": Any}, {})  # noqa: S307 - our own annotations only
+    args = typing.get_args(annotation)
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        if raw.lower() in ("none", "null"):
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _parse_value(raw, inner[0], key)
+    try:
+        if annotation is bool:
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if annotation is int:
+            return int(raw)
+        if annotation is float:
+            return float(raw)
+    except ValueError:
+        raise NanobertError(f"--set {key}={raw}: expected {annotation.__name__}, got {raw!r}") from None
+    return raw
+
+
+def parse_overrides(pairs: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Parse `key=value` strings into (model overrides, train overrides), typed by the fields they name."""
+    model_fields = {f.name: f.type for f in dataclasses.fields(ModelConfig)}
+    train_fields = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
+    model_over: dict[str, Any] = {}
+    train_over: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise NanobertError(f"--set {pair!r}: expected key=value, e.g. --set learning_rate=3e-4")
+        # vocab_size is both a tokenizer (train) setting and a model field: it means the tokenizer size,
+        # and the model follows the trained tokenizer.
+        if key in train_fields:
+            train_over[key] = _parse_value(raw, train_fields[key], key)
+        elif key in model_fields:
+            model_over[key] = _parse_value(raw, model_fields[key], key)
+        else:
+            known = ", ".join(sorted(set(model_fields) | set(train_fields)))
+            raise NanobertError(f"--set: unknown key {key!r}; known keys: {known}")
+    return model_over, train_over
+
+
+def build_configs(
+    preset: str, model_overrides: dict[str, Any] | None = None, train_overrides: dict[str, Any] | None = None
+) -> tuple[ModelConfig, TrainConfig]:
+    """The preset's configs with overrides applied (overrides win). Raises NanobertError for an unknown preset."""
+    if preset not in PRESETS:
+        raise NanobertError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
+    model_kw = {**PRESETS[preset]["model"], **(model_overrides or {})}
+    train_kw = {**PRESETS[preset]["train"], **(train_overrides or {})}
+    # An explicit length replaces the preset's length rather than conflicting with it.
+    if {"max_steps", "epochs", "time_budget"} & set(train_overrides or {}):
+        for name in ("max_steps", "epochs", "time_budget"):
+            if name not in (train_overrides or {}):
+                train_kw.pop(name, None)
+    return ModelConfig(**model_kw), TrainConfig(**train_kw)
+
+
+def config_to_dict(cfg: Any) -> dict[str, Any]:
+    """A plain dict of a config dataclass, for config.json."""
+    return dataclasses.asdict(cfg)
+
+
+def config_from_dict(cls: type, data: dict[str, Any]) -> Any:
+    """Rebuild a config dataclass, ignoring keys it does not know (older or newer checkpoints)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+__all__ = [
+    "MODEL_PRESETS",
+    "PRESETS",
+    "ModelConfig",
+    "TrainConfig",
+    "build_configs",
+    "config_from_dict",
+    "config_to_dict",
+    "parse_overrides",
+]

@@ -1,0 +1,343 @@
+"""The BERT encoder and its heads, written from standard torch layers.
+
+Follows Devlin et al. 2019, "BERT: Pre-training of Deep Bidirectional Transformers for Language
+Understanding", and matches transformers' `modeling_bert.py` numerically (tests/test_hf_parity.py), read top
+down from the smallest module to the largest:
+
+    Embeddings -> SelfAttention -> FeedForward -> EncoderLayer -> Encoder -> Pooler / MLMHead
+    -> BertModel -> BertForPreTraining / BertForSequenceClassification
+
+Shapes in comments: B batch, T sequence length, H hidden size, nh heads, hd head size (H / nh), V vocabulary,
+N masked positions in the batch. This file does no I/O; vocabulary size and special ids arrive in ModelConfig.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nanobert.config import ModelConfig
+
+IGNORE_INDEX = -100  # Hugging Face's "no label here" value for MLM labels (never used for NSP labels)
+
+
+class Embeddings(nn.Module):
+    """Token + learned absolute position + segment embeddings, then LayerNorm and dropout."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        T = input_ids.size(1)
+        positions = torch.arange(T, device=input_ids.device)  # (T,), broadcast over the batch
+        x = self.word_embeddings(input_ids) + self.position_embeddings(positions) \
+            + self.token_type_embeddings(token_type_ids)  # (B, T, H)
+        return self.dropout(self.layer_norm(x))
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with one fused query/key/value projection.
+
+    The fused projection is one (H -> 3H) matrix multiply instead of three; it holds the same numbers as
+    BERT's separate query, key and value layers (the export key map splits it back).
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
+        self.output = nn.Linear(config.hidden_size, config.hidden_size)
+        self.attn_dropout = config.attention_probs_dropout_prob
+
+    def forward(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None, output_attentions: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, T, H); attn_mask (B, 1, 1, T) bool, True where a key may be attended to, or None.
+
+        Returns the attended values (B, T, H) and, with output_attentions, the probabilities (B, nh, T, T).
+        """
+        B, T, H = x.shape
+        q, k, v = self.qkv(x).split(H, dim=-1)  # 3 x (B, T, H)
+        # split heads: (B, T, H) -> (B, nh, T, hd)
+        q, k, v = (t.view(B, T, self.num_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))
+        dropout_p = self.attn_dropout if self.training else 0.0
+        if output_attentions:
+            # The explicit math, kept for attention maps and for readers: softmax(q k^T / sqrt(hd)) v.
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, nh, T, T)
+            if attn_mask is not None:
+                scores = scores.masked_fill(~attn_mask, float("-inf"))
+            probs = scores.softmax(dim=-1)
+            y = F.dropout(probs, p=dropout_p, training=self.training) @ v  # (B, nh, T, hd)
+        else:
+            # The same function through the fused kernel (flash / memory-efficient attention).
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
+            probs = None
+        y = y.transpose(1, 2).reshape(B, T, H)  # merge heads: (B, nh, T, hd) -> (B, T, H)
+        return self.output(y), probs
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward: H -> intermediate -> H with GELU."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.intermediate = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.output = nn.Linear(config.intermediate_size, config.hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.output(F.gelu(self.intermediate(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Attention and feed-forward sublayers, each with dropout, a residual connection and LayerNorm.
+
+    Post-LN (BERT): x = LN(x + sublayer(x)). Pre-LN: x = x + sublayer(LN(x)), which trains more stably at high
+    learning rates; the Encoder then adds one final LayerNorm.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.pre_layer_norm = config.pre_layer_norm
+        self.attention = SelfAttention(config)
+        self.attention_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.feed_forward = FeedForward(config)
+        self.output_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None, output_attentions: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.pre_layer_norm:
+            a, probs = self.attention(self.attention_layer_norm(x), attn_mask, output_attentions)
+            x = x + self.dropout(a)
+            x = x + self.dropout(self.feed_forward(self.output_layer_norm(x)))
+        else:
+            a, probs = self.attention(x, attn_mask, output_attentions)
+            x = self.attention_layer_norm(x + self.dropout(a))
+            x = self.output_layer_norm(x + self.dropout(self.feed_forward(x)))
+        return x, probs
+
+
+@dataclass
+class EncoderOutput:
+    last_hidden_state: torch.Tensor  # (B, T, H)
+    pooler_output: torch.Tensor  # (B, H): tanh(dense([CLS]))
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings, then each layer: L+1 x (B, T, H)
+    attentions: tuple[torch.Tensor, ...] | None = None  # each layer: L x (B, nh, T, T)
+
+
+class BertModel(nn.Module):
+    """Embeddings, a stack of encoder layers, and the pooler."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_hidden_layers))
+        # Pre-LN leaves the residual stream un-normalised, so it needs one LayerNorm at the end.
+        self.final_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) \
+            if config.pre_layer_norm else None
+        self.pooler = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> EncoderOutput:
+        """input_ids, token_type_ids, attention_mask: (B, T) integers; attention_mask 1 = real token, 0 = pad."""
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        # (B, T) -> (B, 1, 1, T): every query (and head) sees the same keys; pad keys are hidden. A batch
+        # without padding passes no mask at all, which lets SDPA pick its fastest (flash) kernel.
+        attn_mask = None
+        if attention_mask is not None:
+            attn_mask = attention_mask.bool()[:, None, None, :]
+        x = self.embeddings(input_ids, token_type_ids)
+        hidden_states = [x] if output_hidden_states else None
+        attentions = [] if output_attentions else None
+        for layer in self.layers:
+            x, probs = layer(x, attn_mask, output_attentions)
+            if output_hidden_states:
+                hidden_states.append(x)
+            if output_attentions:
+                attentions.append(probs)
+        if self.final_layer_norm is not None:
+            x = self.final_layer_norm(x)
+        pooled = torch.tanh(self.pooler(x[:, 0]))  # [CLS] is always position 0
+        return EncoderOutput(
+            last_hidden_state=x,
+            pooler_output=pooled,
+            hidden_states=tuple(hidden_states) if output_hidden_states else None,
+            attentions=tuple(attentions) if output_attentions else None,
+        )
+
+
+class MLMHead(nn.Module):
+    """dense + GELU + LayerNorm, then a decoder whose weight is the token embedding matrix (tied)."""
+
+    def __init__(self, config: ModelConfig, word_embeddings: nn.Embedding):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.word_embeddings = word_embeddings  # shared module, not a copy: the tie survives loading
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """h (..., H) -> logits (..., V)."""
+        h = self.layer_norm(F.gelu(self.dense(h)))
+        return F.linear(h, self.word_embeddings.weight, self.bias)
+
+
+@dataclass
+class PreTrainingOutput:
+    """What BertForPreTraining.forward returns (the fields of transformers' BertForPreTrainingOutput).
+
+    With `labels`, prediction_logits holds only the masked positions, (N, V), in the row-major order of
+    `labels != -100`; without labels it covers every position, (B, T, V).
+    """
+
+    loss: torch.Tensor | None
+    mlm_loss: torch.Tensor | None
+    nsp_loss: torch.Tensor | None
+    prediction_logits: torch.Tensor
+    seq_relationship_logits: torch.Tensor  # (B, 2): index 0 = IsNext (B follows A), 1 = NotNext
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+def init_weights(module: nn.Module, initializer_range: float) -> None:
+    """BERT initialisation: normal(0, initializer_range) weights, zero biases, LayerNorm weight 1 bias 0."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=initializer_range)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
+class BertForPreTraining(nn.Module):
+    """BertModel plus the masked-LM head and the next-sentence head; the loss is MLM + NSP."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config)
+        self.mlm_head = MLMHead(config, self.bert.embeddings.word_embeddings)
+        self.nsp_head = nn.Linear(config.hidden_size, 2)
+        self.apply(lambda m: init_weights(m, config.initializer_range))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> PreTrainingOutput:
+        """labels (B, T): the original token id at masked positions, -100 elsewhere.
+        next_sentence_label (B,): 0 = B follows A, 1 = B is a random sentence.
+        """
+        enc = self.bert(input_ids, token_type_ids, attention_mask, output_attentions, output_hidden_states)
+        h = enc.last_hidden_state  # (B, T, H)
+        mlm_loss = nsp_loss = None
+        if labels is not None:
+            # Decode only the masked positions: the (H x V) projection is the largest matrix multiply in a
+            # small BERT, and ~85% of positions carry no label.
+            flat_labels = labels.reshape(-1)
+            masked = (flat_labels != IGNORE_INDEX).nonzero().squeeze(1)  # (N,)
+            prediction_logits = self.mlm_head(h.reshape(-1, h.size(-1)).index_select(0, masked))  # (N, V)
+            # Sum then divide, so a batch with no masked position gives 0, not NaN.
+            mlm_loss = F.cross_entropy(prediction_logits.float(), flat_labels.index_select(0, masked),
+                                       reduction="sum") / max(masked.numel(), 1)
+        else:
+            prediction_logits = self.mlm_head(h)  # (B, T, V)
+        seq_relationship_logits = self.nsp_head(enc.pooler_output)  # (B, 2)
+        if next_sentence_label is not None:
+            nsp_loss = F.cross_entropy(seq_relationship_logits.float(), next_sentence_label.reshape(-1))
+        if mlm_loss is not None and nsp_loss is not None:
+            loss = mlm_loss + nsp_loss
+        else:
+            loss = mlm_loss if mlm_loss is not None else nsp_loss
+        return PreTrainingOutput(loss, mlm_loss, nsp_loss, prediction_logits, seq_relationship_logits,
+                                 enc.hidden_states, enc.attentions)
+
+
+@dataclass
+class SequenceClassifierOutput:
+    loss: torch.Tensor | None
+    logits: torch.Tensor  # (B, num_labels); for regression num_labels == 1
+
+
+class BertForSequenceClassification(nn.Module):
+    """Pooled [CLS] -> dropout -> linear. Cross-entropy for classification, mean-squared error for regression."""
+
+    def __init__(self, config: ModelConfig, num_labels: int, problem_type: str = "classification"):
+        super().__init__()
+        if problem_type not in ("classification", "regression"):
+            raise ValueError(f"problem_type must be classification or regression, got {problem_type!r}")
+        self.config = config
+        self.num_labels = num_labels
+        self.problem_type = problem_type
+        self.bert = BertModel(config)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, num_labels)
+        self.apply(lambda m: init_weights(m, config.initializer_range))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+    ) -> SequenceClassifierOutput:
+        pooled = self.bert(input_ids, token_type_ids, attention_mask).pooler_output  # (B, H)
+        logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
+        loss = None
+        if labels is not None:
+            if self.problem_type == "regression":
+                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
+            else:
+                loss = F.cross_entropy(logits.float(), labels)
+        return SequenceClassifierOutput(loss, logits)
+
+
+def decay_parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW groups: weight decay on matrices and embeddings, none on biases and LayerNorm weights."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim < 2 else decay).append(p)  # biases and LayerNorm parameters are 1-D
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+__all__ = [
+    "IGNORE_INDEX",
+    "BertForPreTraining",
+    "BertForSequenceClassification",
+    "BertModel",
+    "EncoderOutput",
+    "PreTrainingOutput",
+    "SequenceClassifierOutput",
+    "decay_parameter_groups",
+    "init_weights",
+]

@@ -1,0 +1,162 @@
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nanobert.config import MODEL_PRESETS, ModelConfig
+from nanobert.errors import NanobertError
+from nanobert.model import BertForPreTraining, BertForSequenceClassification, decay_parameter_groups
+
+
+def random_batch(config, B=3, T=11, pad_last=0):
+    input_ids = torch.randint(5, config.vocab_size, (B, T))
+    token_type_ids = (torch.arange(T) >= T // 2).long().expand(B, T).clone()
+    attention_mask = torch.ones(B, T, dtype=torch.long)
+    if pad_last:
+        input_ids[-1, -pad_last:] = 0
+        attention_mask[-1, -pad_last:] = 0
+    return input_ids, token_type_ids, attention_mask
+
+
+def test_output_shapes(tiny_config):
+    model = BertForPreTraining(tiny_config).eval()
+    ids, tt, am = random_batch(tiny_config, pad_last=4)
+    out = model(ids, tt, am, output_attentions=True, output_hidden_states=True)
+    assert out.prediction_logits.shape == (3, 11, 99)
+    assert out.seq_relationship_logits.shape == (3, 2)
+    assert out.loss is None and out.mlm_loss is None and out.nsp_loss is None
+    assert len(out.attentions) == 2 and out.attentions[0].shape == (3, 4, 11, 11)
+    assert len(out.hidden_states) == 3 and out.hidden_states[-1].shape == (3, 11, 32)
+
+
+def test_padding_invariance(tiny_config):
+    """Appending [PAD]s must not change outputs at real positions (the attention mask is applied)."""
+    model = BertForPreTraining(tiny_config).eval()
+    ids, tt, am = random_batch(tiny_config, B=2, T=9)
+    ref = model(ids, tt, am)
+    pad = 5
+    ids2 = torch.cat([ids, torch.zeros(2, pad, dtype=torch.long)], 1)
+    tt2 = torch.cat([tt, torch.zeros(2, pad, dtype=torch.long)], 1)
+    am2 = torch.cat([am, torch.zeros(2, pad, dtype=torch.long)], 1)
+    for explicit in (False, True):
+        out = model(ids2, tt2, am2, output_attentions=explicit)
+        torch.testing.assert_close(out.prediction_logits[:, :9], ref.prediction_logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(out.seq_relationship_logits, ref.seq_relationship_logits, atol=1e-5, rtol=1e-5)
+        if explicit:  # padding keys get exactly zero attention
+            assert out.attentions[0][..., 9:].abs().max() == 0
+
+
+def test_explicit_attention_matches_sdpa(tiny_config):
+    model = BertForPreTraining(tiny_config).eval()
+    ids, tt, am = random_batch(tiny_config, pad_last=3)
+    fast = model(ids, tt, am)
+    slow = model(ids, tt, am, output_attentions=True)
+    assert (fast.prediction_logits - slow.prediction_logits).abs().max() < 1e-5
+    probs = slow.attentions[0]
+    torch.testing.assert_close(probs.sum(-1), torch.ones_like(probs.sum(-1)))
+
+
+def test_mlm_loss_ignores_minus_100(tiny_config):
+    model = BertForPreTraining(tiny_config).eval()
+    ids, tt, am = random_batch(tiny_config)
+    labels = torch.full_like(ids, -100)
+    labels[0, 2], labels[1, 5], labels[2, 7] = 10, 20, 30
+    nsp = torch.tensor([0, 1, 0])
+    out = model(ids, tt, am, labels=labels, next_sentence_label=nsp)
+    full = model(ids, tt, am).prediction_logits  # (B, T, V)
+    picked = torch.stack([full[0, 2], full[1, 5], full[2, 7]])
+    expected = F.cross_entropy(picked, torch.tensor([10, 20, 30]))
+    torch.testing.assert_close(out.mlm_loss, expected, atol=1e-5, rtol=1e-5)
+    assert out.prediction_logits.shape == (3, 99)  # only the masked positions are decoded
+    # Changing the label of an ignored position changes nothing; NSP label 0 is a real label (not ignored).
+    torch.testing.assert_close(out.loss, out.mlm_loss + out.nsp_loss)
+    nsp_expected = F.cross_entropy(out.seq_relationship_logits, nsp)
+    torch.testing.assert_close(out.nsp_loss, nsp_expected)
+
+
+def test_no_masked_position_gives_zero_not_nan(tiny_config):
+    model = BertForPreTraining(tiny_config)
+    ids, tt, am = random_batch(tiny_config)
+    out = model(ids, tt, am, labels=torch.full_like(ids, -100))
+    assert out.mlm_loss.item() == 0.0
+
+
+def test_decoder_tied_to_embeddings(tiny_config):
+    model = BertForPreTraining(tiny_config)
+    assert model.mlm_head.word_embeddings.weight is model.bert.embeddings.word_embeddings.weight
+    names = [n for n, _ in model.named_parameters()]
+    assert not any("mlm_head.word_embeddings" in n for n in names)  # counted once
+    # A gradient through the decoder reaches the embedding matrix.
+    ids, tt, am = random_batch(tiny_config)
+    labels = torch.full_like(ids, -100)
+    labels[0, 0] = 7
+    model(ids, tt, am, labels=labels).loss.backward()
+    assert model.bert.embeddings.word_embeddings.weight.grad[7].abs().sum() > 0
+
+
+def test_initialisation(tiny_config):
+    cfg = dataclasses.replace(tiny_config, initializer_range=0.05)
+    model = BertForPreTraining(cfg)
+    w = model.bert.layers[0].feed_forward.intermediate.weight
+    assert abs(w.std().item() - 0.05) < 0.01 and abs(w.mean().item()) < 0.01
+    assert model.bert.layers[0].attention.qkv.bias.abs().max() == 0
+    assert torch.all(model.bert.embeddings.layer_norm.weight == 1)
+    assert model.bert.embeddings.word_embeddings.weight[0].abs().max() == 0  # padding row
+
+
+def test_pre_layer_norm_runs_and_differs(tiny_config):
+    cfg = dataclasses.replace(tiny_config, pre_layer_norm=True)
+    model = BertForPreTraining(cfg).eval()
+    assert model.bert.final_layer_norm is not None
+    ids, tt, am = random_batch(cfg, pad_last=2)
+    out = model(ids, tt, am)
+    assert torch.isfinite(out.prediction_logits).all()
+    slow = model(ids, tt, am, output_attentions=True)
+    assert (out.prediction_logits - slow.prediction_logits).abs().max() < 1e-5
+
+
+def test_presets_have_4x_intermediate():
+    assert MODEL_PRESETS["mini"] == dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4,
+                                         intermediate_size=1024)
+    for shape in MODEL_PRESETS.values():
+        ModelConfig(**shape)
+
+
+@pytest.mark.parametrize("bad", [dict(hidden_size=30), dict(vocab_size=0), dict(hidden_dropout_prob=1.5),
+                                 dict(hidden_act="relu"), dict(pad_token_id=200)])
+def test_config_validation(tiny_config, bad):
+    with pytest.raises(NanobertError):
+        dataclasses.replace(tiny_config, **bad)
+
+
+def test_no_weight_decay_on_biases_and_layer_norm(tiny_config):
+    model = BertForPreTraining(tiny_config)
+    decay, no_decay = decay_parameter_groups(model, 0.01)
+    ln = model.bert.embeddings.layer_norm.weight
+    assert any(p is ln for p in no_decay["params"]) and not any(p is ln for p in decay["params"])
+    n = sum(p.numel() for g in (decay, no_decay) for p in g["params"])
+    assert n == sum(p.numel() for p in model.parameters())
+
+
+def test_layers_train(tiny_config):
+    """Every parameter gets a gradient (no layer created inside forward, nothing detached)."""
+    model = BertForPreTraining(tiny_config)
+    ids, tt, am = random_batch(tiny_config, pad_last=2)
+    labels = torch.where(torch.rand(ids.shape) < 0.3, ids, torch.full_like(ids, -100))
+    labels[0, 1] = ids[0, 1]
+    model(ids, tt, am, labels=labels, next_sentence_label=torch.tensor([0, 1, 1])).loss.backward()
+    for name, p in model.named_parameters():
+        if name == "bert.embeddings.position_embeddings.weight":
+            continue
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_sequence_classification(tiny_config):
+    model = BertForSequenceClassification(tiny_config, num_labels=3)
+    ids, tt, am = random_batch(tiny_config)
+    out = model(ids, tt, am, labels=torch.tensor([0, 2, 1]))
+    assert out.logits.shape == (3, 3) and out.loss.ndim == 0
+    reg = BertForSequenceClassification(tiny_config, num_labels=1, problem_type="regression")
+    out = reg(ids, tt, am, labels=torch.tensor([0.5, 1.0, 2.0]))
+    assert out.logits.shape == (3, 1) and out.loss > 0
