@@ -1,0 +1,276 @@
+"""A lowercase WordPiece tokenizer with fixed special ids, trained with Hugging Face `tokenizers`.
+
+It follows the uncased BERT tokenizer of Devlin et al. (2019) and google-research/bert `tokenization.py`:
+lowercase, strip accents, split on whitespace and punctuation, then greedy longest-match WordPiece with
+`##` continuation pieces, and `[CLS] A [SEP] B [SEP]` with token types 0/1. The pipeline is the one
+transformers' `BertTokenizer` builds (`models/bert/tokenization_bert.py`), so a saved directory loads in
+`transformers.BertTokenizerFast.from_pretrained` and gives the same ids.
+
+The five special tokens always take ids 0..4 in the order of `SPECIAL_TOKENS`; the model and the data code
+rely on these numbers through `ModelConfig`, never on a lookup that could reorder them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from nanobert.errors import NanobertError
+
+__all__ = [
+    "CLS_ID",
+    "DEFAULT_VOCAB_SIZE",
+    "MASK_ID",
+    "MIN_VOCAB_SIZE",
+    "NUM_SPECIAL_TOKENS",
+    "PAD_ID",
+    "SEP_ID",
+    "SPECIAL_TOKENS",
+    "UNK_ID",
+    "encode_pair",
+    "encode_sentences",
+    "load_tokenizer",
+    "save_tokenizer",
+    "train_tokenizer",
+]
+
+# Fixed order: the position in this tuple is the token id. BERT's own vocab puts [PAD] at 0 as well, so
+# zero-initialised padding and `padding_idx=0` mean the same thing everywhere.
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 1, 2, 3, 4
+NUM_SPECIAL_TOKENS = 5
+
+# WikiText-2 has about 33k distinct words in 2M tokens; 8192 WordPieces keeps most frequent words whole
+# while every piece is still seen often enough to learn, and it is the size the project's reported runs
+# (and their comparison with a transformers BERT of the same shape) use.
+DEFAULT_VOCAB_SIZE = 8192
+
+# Room for the five special tokens and the 26 lowercase letters; anything smaller cannot spell English.
+MIN_VOCAB_SIZE = 32
+
+# What transformers reads from a saved directory; BERT-base used 512 positions.
+_MODEL_MAX_LENGTH = 512
+_TOKENIZER_FILE = "tokenizer.json"
+_VOCAB_FILE = "vocab.txt"
+
+
+def _empty_tokenizer() -> Tokenizer:
+    """An untrained WordPiece pipeline: the same steps, in the same order, as transformers' BertTokenizer."""
+    tokenizer = Tokenizer(
+        models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##", max_input_chars_per_word=100)
+    )
+    # strip_accents=None means "strip when lowercasing", the uncased-BERT behaviour ("Café" -> "cafe").
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        lowercase=True, clean_text=True, handle_chinese_chars=True, strip_accents=None
+    )
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece(prefix="##")
+    return tokenizer
+
+
+def _add_post_processor(tokenizer: Tokenizer) -> None:
+    """Attach the `[CLS] A [SEP]` / `[CLS] A [SEP] B [SEP]` template with token types 0 and 1."""
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", CLS_ID), ("[SEP]", SEP_ID)],
+    )
+
+
+def _check_special_ids(tokenizer: Tokenizer) -> None:
+    """Raise if the special tokens are not at ids 0..4 (a bug, or a tokenizer from somewhere else)."""
+    for expected_id, token in enumerate(SPECIAL_TOKENS):
+        actual = tokenizer.token_to_id(token)
+        if actual != expected_id:
+            raise NanobertError(
+                f"tokenizer has {token} at id {actual}, expected {expected_id}; "
+                f"train a new one with nanobert so that they are {', '.join(SPECIAL_TOKENS)} = 0..4"
+            )
+
+
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE, min_frequency: int = 2
+) -> Tokenizer:
+    """Train a lowercase WordPiece tokenizer on `texts` (sentences or paragraphs, any length).
+
+    Returns a `tokenizers.Tokenizer` with `SPECIAL_TOKENS` at ids 0..4, the BERT pair template attached,
+    and at most `vocab_size` tokens. On a small corpus the trainer runs out of pieces worth merging and
+    the vocabulary is smaller than asked; `tokenizer.get_vocab_size()` is the real size to give the model.
+    `min_frequency` is how often a piece must occur to be kept. Raises NanobertError when `vocab_size` is
+    below `MIN_VOCAB_SIZE` or `texts` holds no non-blank text.
+    """
+    if vocab_size < MIN_VOCAB_SIZE:
+        raise NanobertError(
+            f"vocab_size {vocab_size} is too small to hold the {NUM_SPECIAL_TOKENS} special tokens and an "
+            f"alphabet; use a vocab_size of at least {MIN_VOCAB_SIZE} (the default is {DEFAULT_VOCAB_SIZE})"
+        )
+    # Materialise once: we need to know it is non-empty before training, and the trainer iterates anyway.
+    texts = [text for text in texts if text and not text.isspace()]
+    if not texts:
+        raise NanobertError("cannot train a tokenizer on empty text; check that the corpus has sentences")
+
+    # The trainer breaks ties between equally frequent merges by Rust hash-map order, which changes from
+    # process to process: the same corpus can give different ids, and now and then a different token set.
+    # So we train a little past vocab_size, count how often the encoder actually uses each piece, and keep
+    # the most used ones with ties broken by the string: the same corpus always gives the same vocabulary.
+    margin = max(8, vocab_size // 32)
+    candidate = _empty_tokenizer()
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size + margin,
+        min_frequency=min_frequency,
+        special_tokens=list(SPECIAL_TOKENS),
+        # The trainer always keeps every character and its `##` twin, even past vocab_size; capping the
+        # alphabet at half the remaining room keeps the promise "at most vocab_size" on tiny vocabularies.
+        # Real corpora have far fewer distinct characters than (8192 - 5) / 2, so this never bites there.
+        limit_alphabet=(vocab_size - NUM_SPECIAL_TOKENS) // 2,
+        continuing_subword_prefix="##",
+        show_progress=False,
+    )
+    candidate.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    tokenizer = _empty_tokenizer()
+    tokenizer.model = models.WordPiece(
+        vocab=_canonical_vocab(candidate, texts, vocab_size),
+        unk_token="[UNK]",
+        continuing_subword_prefix="##",
+        max_input_chars_per_word=100,
+    )
+    # Register the specials (already at ids 0..4) as special tokens: a literal "[MASK]" stays whole.
+    tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
+    _add_post_processor(tokenizer)
+    _check_special_ids(tokenizer)
+    assert tokenizer.get_vocab_size() <= vocab_size, (tokenizer.get_vocab_size(), vocab_size)
+    return tokenizer
+
+
+def _canonical_vocab(candidate: Tokenizer, texts: list[str], vocab_size: int) -> dict[str, int]:
+    """A deterministic vocabulary of at most `vocab_size` from a trained candidate tokenizer.
+
+    Order: the special tokens (ids 0..4), then the alphabet (single characters and their `##` twins, all
+    kept so every word stays encodable) sorted by string, then the other pieces by how often the candidate
+    encoder uses them on `texts` (most used first, ties by string), cut at `vocab_size`.
+    """
+    counts = Counter()
+    for start in range(0, len(texts), 10_000):
+        for encoding in candidate.encode_batch(texts[start : start + 10_000], add_special_tokens=False):
+            counts.update(encoding.ids)
+    pieces = [t for t in candidate.get_vocab() if t not in SPECIAL_TOKENS]
+    alphabet = sorted(t for t in pieces if len(t.removeprefix("##")) == 1)
+    alphabet_set = set(alphabet)
+    others = sorted(
+        (t for t in pieces if t not in alphabet_set), key=lambda t: (-counts[candidate.token_to_id(t)], t)
+    )
+    kept = list(SPECIAL_TOKENS) + alphabet + others[: max(0, vocab_size - NUM_SPECIAL_TOKENS - len(alphabet))]
+    return {token: i for i, token in enumerate(kept)}
+
+
+def _vocab_in_id_order(tokenizer: Tokenizer) -> list[str]:
+    """All tokens, position = id; WordPiece ids are dense, so every id from 0 to size-1 has a token."""
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    tokens = [""] * len(vocab)
+    for token, token_id in vocab.items():
+        tokens[token_id] = token
+    return tokens
+
+
+def save_tokenizer(tokenizer: Tokenizer, directory: str | Path) -> None:
+    """Write the tokenizer into `directory` (created if needed) in a layout transformers also reads.
+
+    Files: `tokenizer.json` (the full pipeline, what `load_tokenizer` reads), `vocab.txt` (one token per
+    line in id order, the original BERT format), and `tokenizer_config.json` plus
+    `special_tokens_map.json`, so that `transformers.BertTokenizerFast.from_pretrained(directory)` gives
+    the same ids as `tokenizer`.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(directory / _TOKENIZER_FILE))
+    # One token per line; a token never contains a newline because the pre-tokenizer splits on whitespace.
+    (directory / _VOCAB_FILE).write_text("\n".join(_vocab_in_id_order(tokenizer)) + "\n", encoding="utf-8")
+    special_tokens_map = {
+        "unk_token": "[UNK]",
+        "sep_token": "[SEP]",
+        "pad_token": "[PAD]",
+        "cls_token": "[CLS]",
+        "mask_token": "[MASK]",
+    }
+    config = {
+        "tokenizer_class": "BertTokenizerFast",
+        "do_lower_case": True,
+        # None = follow do_lower_case, as our BertNormalizer does; tokenize_chinese_chars mirrors it too.
+        "strip_accents": None,
+        "tokenize_chinese_chars": True,
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": _MODEL_MAX_LENGTH,
+        **special_tokens_map,
+    }
+    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    (directory / "special_tokens_map.json").write_text(
+        json.dumps(special_tokens_map, indent=2) + "\n", encoding="utf-8"
+    )
+
+
+def load_tokenizer(directory: str | Path) -> Tokenizer:
+    """Read the tokenizer that `save_tokenizer` wrote into `directory`.
+
+    Raises NanobertError when the directory or its `tokenizer.json` is missing or unreadable, or when the
+    special tokens are not at ids 0..4.
+    """
+    directory = Path(directory)
+    path = directory / _TOKENIZER_FILE
+    if not directory.is_dir():
+        raise NanobertError(f"no tokenizer directory at {directory}; train one first or check the path")
+    if not path.is_file():
+        raise NanobertError(f"{directory} has no {_TOKENIZER_FILE}; point at a directory written by nanobert")
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as exc:  # the Rust side raises a bare Exception for any parse error
+        raise NanobertError(f"cannot read {path} ({exc}); re-save the tokenizer or retrain it") from exc
+    _check_special_ids(tokenizer)
+    return tokenizer
+
+
+def encode_sentences(tokenizer: Tokenizer, sentences: list[str]) -> list[list[int]]:
+    """Token ids of each sentence, without [CLS]/[SEP], in the order given.
+
+    Uses `encode_batch`, which runs in parallel in Rust; this is how a whole corpus gets tokenized once
+    before pretraining instances are built from the ids.
+    """
+    encodings = tokenizer.encode_batch(sentences, add_special_tokens=False)
+    return [encoding.ids for encoding in encodings]
+
+
+def encode_pair(
+    tokenizer: Tokenizer, text_a: str, text_b: str | None = None, max_length: int | None = None
+) -> dict[str, list[int]]:
+    """Encode one text or a pair as `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`, unpadded.
+
+    Returns {"input_ids", "token_type_ids", "attention_mask"}, each a list of the same length; token types
+    are 0 up to and including the first [SEP] and 1 after it, and the mask is all ones. With `max_length`,
+    the longer of A and B loses tokens from its end until the whole, specials included, fits.
+    """
+    texts = [text_a] if text_b is None else [text_a, text_b]
+    encoded = encode_sentences(tokenizer, texts)
+    ids_a, ids_b = encoded[0], (encoded[1] if text_b is not None else None)
+
+    if max_length is not None:
+        num_specials = 2 if ids_b is None else 3
+        if max_length < num_specials:
+            raise NanobertError(
+                f"max_length {max_length} cannot hold the specials; use at least {num_specials}"
+            )
+        # Trim the longer side one token at a time, as google-research/bert `truncate_seq_pair` does.
+        while len(ids_a) + len(ids_b or []) > max_length - num_specials:
+            if ids_b is None or len(ids_a) > len(ids_b):
+                ids_a.pop()
+            else:
+                ids_b.pop()
+
+    input_ids = [CLS_ID, *ids_a, SEP_ID]
+    token_type_ids = [0] * len(input_ids)
+    if ids_b is not None:
+        input_ids += [*ids_b, SEP_ID]
+        token_type_ids += [1] * (len(ids_b) + 1)
+    return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": [1] * len(input_ids)}
