@@ -42,7 +42,9 @@ def test_padding_invariance(tiny_config):
     for explicit in (False, True):
         out = model(ids2, tt2, am2, output_attentions=explicit)
         torch.testing.assert_close(out.prediction_logits[:, :9], ref.prediction_logits, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(out.seq_relationship_logits, ref.seq_relationship_logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            out.seq_relationship_logits, ref.seq_relationship_logits, atol=1e-5, rtol=1e-5
+        )
         if explicit:  # padding keys get exactly zero attention
             assert out.attentions[0][..., 9:].abs().max() == 0
 
@@ -84,11 +86,16 @@ def test_no_masked_position_gives_zero_not_nan(tiny_config):
 
 def test_decoder_tied_to_embeddings(tiny_config):
     model = BertForPreTraining(tiny_config)
-    assert model.mlm_head.word_embeddings.weight is model.bert.embeddings.word_embeddings.weight
-    names = [n for n, _ in model.named_parameters()]
-    assert not any("mlm_head.word_embeddings" in n for n in names)  # counted once
-    # A gradient through the decoder reaches the embedding matrix.
+    # One tensor serves as embedding and decoder: perturbing the embedding row moves that token's logit.
     ids, tt, am = random_batch(tiny_config)
+    before = model(ids, tt, am).prediction_logits[..., 7].clone()
+    with torch.no_grad():
+        model.bert.embeddings.word_embeddings.weight[7] += 1.0
+    assert not torch.allclose(
+        model(ids[:, :1] * 0 + 9, tt[:, :1], am[:, :1]).prediction_logits[..., 7], before[:, :1]
+    )
+    assert not any("decoder" in k for k in model.state_dict())  # one key, nothing to re-tie
+    # A gradient through the decoder reaches the embedding matrix.
     labels = torch.full_like(ids, -100)
     labels[0, 0] = 7
     model(ids, tt, am, labels=labels).loss.backward()
@@ -117,14 +124,23 @@ def test_pre_layer_norm_runs_and_differs(tiny_config):
 
 
 def test_presets_have_4x_intermediate():
-    assert MODEL_PRESETS["mini"] == dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4,
-                                         intermediate_size=1024)
+    assert MODEL_PRESETS["mini"] == dict(
+        num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024
+    )
     for shape in MODEL_PRESETS.values():
         ModelConfig(**shape)
 
 
-@pytest.mark.parametrize("bad", [dict(hidden_size=30), dict(vocab_size=0), dict(hidden_dropout_prob=1.5),
-                                 dict(hidden_act="relu"), dict(pad_token_id=200)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(hidden_size=30),
+        dict(vocab_size=0),
+        dict(hidden_dropout_prob=1.5),
+        dict(hidden_act="relu"),
+        dict(pad_token_id=200),
+    ],
+)
 def test_config_validation(tiny_config, bad):
     with pytest.raises(NanobertError):
         dataclasses.replace(tiny_config, **bad)

@@ -37,8 +37,15 @@ class ModelConfig:
     pre_layer_norm: bool = False  # False = post-LN as in BERT; True = LayerNorm before each sublayer
 
     def __post_init__(self) -> None:
-        positive = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                    "intermediate_size", "max_position_embeddings", "type_vocab_size")
+        positive = (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "type_vocab_size",
+        )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise NanobertError(f"model config: {name} must be positive, got {getattr(self, name)}")
@@ -58,7 +65,7 @@ class ModelConfig:
             raise NanobertError("model config: layer_norm_eps and initializer_range must be positive")
 
 
-# Model shapes. Intermediate size is 4x hidden; the names follow Google's small-BERT release where they overlap.
+# Model shapes. Intermediate size is 4x hidden; names follow Google's small-BERT release where they overlap.
 MODEL_PRESETS: dict[str, dict[str, int]] = {
     "tiny": dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2),
     "mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4),
@@ -77,11 +84,13 @@ class TrainConfig:
     seed: int = 1337
     # data
     vocab_size: int = 8192  # WordPiece size to train; the model's vocab_size follows the trained tokenizer
+    tokenizer_min_frequency: int = 2  # a word piece must occur this often to enter the vocabulary
     max_seq_len: int = 128
     mask_prob: float = 0.15
     max_predictions: int | None = None  # cap on masked positions per sequence (None: no cap)
     short_seq_prob: float = 0.1  # Google's probability of a shorter target length, so short inputs are seen
     whole_word_mask: bool = False
+    dupe_factor: int = 1  # independent NSP instance sets per epoch (Google's dupe_factor), for tiny corpora
     bucket_by_length: bool = True  # length-bucketed batches waste less compute on padding
     # optimisation
     batch_size: int = 32
@@ -113,12 +122,15 @@ class TrainConfig:
     def __post_init__(self) -> None:
         lengths = [n for n in ("max_steps", "epochs", "time_budget") if getattr(self, n) is not None]
         if len(lengths) > 1:
-            raise NanobertError(f"train config: set only one of max_steps, epochs, time_budget (got {lengths})")
+            raise NanobertError(
+                f"train config: set only one of max_steps, epochs, time_budget (got {lengths})"
+            )
         checks = [
             ("max_seq_len", self.max_seq_len >= 8, "at least 8"),
             ("mask_prob", 0.0 < self.mask_prob < 1.0, "in (0, 1)"),
             ("batch_size", self.batch_size >= 1, "at least 1"),
             ("grad_accum_steps", self.grad_accum_steps >= 1, "at least 1"),
+            ("dupe_factor", self.dupe_factor >= 1, "at least 1"),
             ("learning_rate", self.learning_rate > 0, "positive"),
             ("warmup_ratio", 0.0 <= self.warmup_ratio < 1.0, "in [0, 1)"),
             ("eval_interval", self.eval_interval >= 1, "at least 1"),
@@ -127,8 +139,11 @@ class TrainConfig:
             ("max_steps", self.max_steps is None or self.max_steps >= 1, "at least 1"),
             ("epochs", self.epochs is None or self.epochs > 0, "positive"),
             ("time_budget", self.time_budget is None or self.time_budget > 0, "positive"),
-            ("device", self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
-             "auto, cpu or cuda"),
+            (
+                "device",
+                self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
+                "auto, cpu or cuda",
+            ),
             ("precision", self.precision in ("auto", "fp32", "bf16"), "auto, fp32 or bf16"),
         ]
         for name, ok, want in checks:
@@ -140,16 +155,34 @@ class TrainConfig:
 # corpus in seconds; the wikitext2-* presets are the measured recipes (see benchmarks/README.md).
 PRESETS: dict[str, dict[str, Any]] = {
     **{name: {"model": dict(shape), "train": {}} for name, shape in MODEL_PRESETS.items()},
+    # Memorisation needs no dropout; pre-LN tolerates the high learning rate that makes it quick; the toy
+    # corpus yields only ~8 instances an epoch, so dupe_factor builds several independent sets per batch.
     "toy": {
-        "model": dict(MODEL_PRESETS["tiny"], hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
-        "train": dict(vocab_size=200, max_seq_len=64, batch_size=16, learning_rate=2e-3, max_steps=300,
-                      eval_interval=100, log_interval=25, warmup_ratio=0.05, bucket_by_length=False),
+        "model": dict(
+            MODEL_PRESETS["tiny"],
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            pre_layer_norm=True,
+        ),
+        "train": dict(
+            vocab_size=200,
+            tokenizer_min_frequency=1,
+            max_seq_len=64,
+            batch_size=32,
+            dupe_factor=4,
+            learning_rate=3e-3,
+            max_steps=800,
+            eval_interval=200,
+            log_interval=50,
+            warmup_ratio=0.05,
+            bucket_by_length=False,
+        ),
     },
 }
 
 
 def _parse_value(raw: str, annotation: Any, key: str) -> Any:
-    """Parse `raw` as a value of the dataclass field type `annotation` (int, float, bool, str, or X | None)."""
+    """Parse `raw` as a value of the field type `annotation` (int, float, bool, str, or X | None)."""
     if isinstance(annotation, str):  # postponed annotations: resolve the few types used above
         annotation = eval(annotation, {"Any": Any}, {})  # noqa: S307 - our own annotations only
     args = typing.get_args(annotation)
@@ -200,7 +233,7 @@ def parse_overrides(pairs: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
 def build_configs(
     preset: str, model_overrides: dict[str, Any] | None = None, train_overrides: dict[str, Any] | None = None
 ) -> tuple[ModelConfig, TrainConfig]:
-    """The preset's configs with overrides applied (overrides win). Raises NanobertError for an unknown preset."""
+    """The preset's configs with overrides applied (overrides win); NanobertError for an unknown preset."""
     if preset not in PRESETS:
         raise NanobertError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
     model_kw = {**PRESETS[preset]["model"], **(model_overrides or {})}

@@ -51,7 +51,9 @@ _QKV = ("query", "key", "value")  # the order of the three blocks inside our fus
 def to_hf_config(config: ModelConfig) -> dict:
     """A transformers `BertConfig` dict for a nanobert model config."""
     if config.pre_layer_norm:
-        raise NanobertError("this model is pre-LN; transformers' BERT is post-LN only, so it cannot be exported")
+        raise NanobertError(
+            "this model is pre-LN; transformers' BERT is post-LN only, so it cannot be exported"
+        )
     return {
         "architectures": ["BertForPreTraining"],
         "model_type": "bert",
@@ -79,9 +81,20 @@ def from_hf_config(hf: dict) -> ModelConfig:
         raise NanobertError("only absolute position embeddings are supported")
     if hf.get("hidden_act", "gelu") != "gelu":
         raise NanobertError(f"hidden_act {hf.get('hidden_act')!r} is not supported; nanobert uses exact GELU")
-    names = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-             "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
-             "layer_norm_eps", "initializer_range", "pad_token_id")
+    names = (
+        "vocab_size",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "hidden_dropout_prob",
+        "attention_probs_dropout_prob",
+        "max_position_embeddings",
+        "type_vocab_size",
+        "layer_norm_eps",
+        "initializer_range",
+        "pad_token_id",
+    )
     return ModelConfig(**{n: hf[n] for n in names if n in hf and hf[n] is not None})
 
 
@@ -127,9 +140,11 @@ def from_hf_state_dict(
             for a, b in _PER_LAYER.items():
                 out[ours + a] = hf_state[hf + b]
             out[ours + "attention.qkv.weight"] = torch.cat(
-                [hf_state[f"{hf}attention.self.{n}.weight"] for n in _QKV], dim=0)
+                [hf_state[f"{hf}attention.self.{n}.weight"] for n in _QKV], dim=0
+            )
             out[ours + "attention.qkv.bias"] = torch.cat(
-                [hf_state[f"{hf}attention.self.{n}.bias"] for n in _QKV], dim=0)
+                [hf_state[f"{hf}attention.self.{n}.bias"] for n in _QKV], dim=0
+            )
         except KeyError as e:
             raise NanobertError(f"transformers checkpoint lacks encoder weight {e.args[0]}") from None
     if "mlm_head.bias" in missing and "cls.predictions.decoder.bias" in hf_state:

@@ -30,7 +30,9 @@ class Embeddings(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.word_embeddings = nn.Embedding(
+            config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id
+        )
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
@@ -39,8 +41,11 @@ class Embeddings(nn.Module):
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
         T = input_ids.size(1)
         positions = torch.arange(T, device=input_ids.device)  # (T,), broadcast over the batch
-        x = self.word_embeddings(input_ids) + self.position_embeddings(positions) \
-            + self.token_type_embeddings(token_type_ids)  # (B, T, H)
+        x = (
+            self.word_embeddings(input_ids)
+            + self.position_embeddings(positions)
+            + self.token_type_embeddings(token_type_ids)
+        )  # (B, T, H)
         return self.dropout(self.layer_norm(x))
 
 
@@ -145,8 +150,9 @@ class BertModel(nn.Module):
         self.embeddings = Embeddings(config)
         self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_hidden_layers))
         # Pre-LN leaves the residual stream un-normalised, so it needs one LayerNorm at the end.
-        self.final_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) \
-            if config.pre_layer_norm else None
+        self.final_layer_norm = (
+            nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.pre_layer_norm else None
+        )
         self.pooler = nn.Linear(config.hidden_size, config.hidden_size)
 
     def forward(
@@ -157,7 +163,7 @@ class BertModel(nn.Module):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
     ) -> EncoderOutput:
-        """input_ids, token_type_ids, attention_mask: (B, T) integers; attention_mask 1 = real token, 0 = pad."""
+        """input_ids, token_type_ids, attention_mask: (B, T) integers; attention_mask 1 = token, 0 = pad."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         # (B, T) -> (B, 1, 1, T): every query (and head) sees the same keys; pad keys are hidden. A batch
@@ -188,17 +194,20 @@ class BertModel(nn.Module):
 class MLMHead(nn.Module):
     """dense + GELU + LayerNorm, then a decoder whose weight is the token embedding matrix (tied)."""
 
-    def __init__(self, config: ModelConfig, word_embeddings: nn.Embedding):
+    def __init__(self, config: ModelConfig):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.word_embeddings = word_embeddings  # shared module, not a copy: the tie survives loading
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        """h (..., H) -> logits (..., V)."""
+    def forward(self, h: torch.Tensor, decoder_weight: torch.Tensor) -> torch.Tensor:
+        """h (..., H), decoder_weight (V, H) = the word embeddings -> logits (..., V).
+
+        The decoder weight is passed in rather than stored, so the tie is structural: there is one tensor,
+        one state-dict key, and nothing to re-tie after loading.
+        """
         h = self.layer_norm(F.gelu(self.dense(h)))
-        return F.linear(h, self.word_embeddings.weight, self.bias)
+        return F.linear(h, decoder_weight, self.bias)
 
 
 @dataclass
@@ -239,7 +248,7 @@ class BertForPreTraining(nn.Module):
         super().__init__()
         self.config = config
         self.bert = BertModel(config)
-        self.mlm_head = MLMHead(config, self.bert.embeddings.word_embeddings)
+        self.mlm_head = MLMHead(config)
         self.nsp_head = nn.Linear(config.hidden_size, 2)
         self.apply(lambda m: init_weights(m, config.initializer_range))
 
@@ -258,18 +267,22 @@ class BertForPreTraining(nn.Module):
         """
         enc = self.bert(input_ids, token_type_ids, attention_mask, output_attentions, output_hidden_states)
         h = enc.last_hidden_state  # (B, T, H)
+        decoder_weight = self.bert.embeddings.word_embeddings.weight  # tied: (V, H)
         mlm_loss = nsp_loss = None
         if labels is not None:
             # Decode only the masked positions: the (H x V) projection is the largest matrix multiply in a
             # small BERT, and ~85% of positions carry no label.
             flat_labels = labels.reshape(-1)
             masked = (flat_labels != IGNORE_INDEX).nonzero().squeeze(1)  # (N,)
-            prediction_logits = self.mlm_head(h.reshape(-1, h.size(-1)).index_select(0, masked))  # (N, V)
+            prediction_logits = self.mlm_head(
+                h.reshape(-1, h.size(-1)).index_select(0, masked), decoder_weight
+            )  # (N, V)
             # Sum then divide, so a batch with no masked position gives 0, not NaN.
-            mlm_loss = F.cross_entropy(prediction_logits.float(), flat_labels.index_select(0, masked),
-                                       reduction="sum") / max(masked.numel(), 1)
+            mlm_loss = F.cross_entropy(
+                prediction_logits.float(), flat_labels.index_select(0, masked), reduction="sum"
+            ) / max(masked.numel(), 1)
         else:
-            prediction_logits = self.mlm_head(h)  # (B, T, V)
+            prediction_logits = self.mlm_head(h, decoder_weight)  # (B, T, V)
         seq_relationship_logits = self.nsp_head(enc.pooler_output)  # (B, 2)
         if next_sentence_label is not None:
             nsp_loss = F.cross_entropy(seq_relationship_logits.float(), next_sentence_label.reshape(-1))
@@ -277,8 +290,15 @@ class BertForPreTraining(nn.Module):
             loss = mlm_loss + nsp_loss
         else:
             loss = mlm_loss if mlm_loss is not None else nsp_loss
-        return PreTrainingOutput(loss, mlm_loss, nsp_loss, prediction_logits, seq_relationship_logits,
-                                 enc.hidden_states, enc.attentions)
+        return PreTrainingOutput(
+            loss,
+            mlm_loss,
+            nsp_loss,
+            prediction_logits,
+            seq_relationship_logits,
+            enc.hidden_states,
+            enc.attentions,
+        )
 
 
 @dataclass
@@ -288,7 +308,7 @@ class SequenceClassifierOutput:
 
 
 class BertForSequenceClassification(nn.Module):
-    """Pooled [CLS] -> dropout -> linear. Cross-entropy for classification, mean-squared error for regression."""
+    """Pooled [CLS] -> dropout -> linear; cross-entropy (classification) or squared error (regression)."""
 
     def __init__(self, config: ModelConfig, num_labels: int, problem_type: str = "classification"):
         super().__init__()
@@ -323,7 +343,7 @@ class BertForSequenceClassification(nn.Module):
 def decay_parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """AdamW groups: weight decay on matrices and embeddings, none on biases and LayerNorm weights."""
     decay, no_decay = [], []
-    for name, p in model.named_parameters():
+    for _name, p in model.named_parameters():
         if not p.requires_grad:
             continue
         (no_decay if p.ndim < 2 else decay).append(p)  # biases and LayerNorm parameters are 1-D

@@ -1,0 +1,189 @@
+"""A checkpoint is a directory: config.json, model.safetensors, the tokenizer files, and trainer_state.pt.
+
+Writes are atomic at the directory level: everything goes to a sibling temporary directory, which is then
+renamed into place. Replacing an existing checkpoint takes two renames (old -> `NAME.old`, new -> `NAME`);
+if the process dies between them, the next save or load finds `NAME.old` and restores it, so an interrupted
+save never destroys the previous good checkpoint. Weights are read through safetensors and trainer state with
+`torch.load(weights_only=True)`: nothing in a checkpoint is unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from nanobert.config import ModelConfig, TrainConfig, config_from_dict, config_to_dict
+from nanobert.errors import NanobertError
+from nanobert.model import BertForPreTraining
+
+FORMAT_VERSION = 1
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+TRAINER_STATE_NAME = "trainer_state.pt"
+
+
+def _recover(directory: Path) -> None:
+    """Finish or undo a replacement that was interrupted between its two renames."""
+    old = directory.with_name(directory.name + ".old")
+    if old.is_dir():
+        if directory.is_dir() and (directory / CONFIG_NAME).is_file():
+            shutil.rmtree(old)  # the new one landed; the old one only awaited deletion
+        else:
+            if directory.exists():
+                shutil.rmtree(directory)
+            os.replace(old, directory)
+
+
+def write_atomically(directory: str | Path, write: Any) -> Path:
+    """Call `write(tmp_dir)` to fill a fresh temporary directory, then swap it in at `directory`."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    _recover(directory)
+    tmp = directory.with_name(f".{directory.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    write(tmp)
+    for f in tmp.iterdir():  # make the bytes durable before the rename publishes them
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+    if directory.exists():
+        old = directory.with_name(directory.name + ".old")
+        os.replace(directory, old)
+        os.replace(tmp, directory)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, directory)
+    return directory
+
+
+def save_checkpoint(
+    directory: str | Path,
+    model: torch.nn.Module,
+    train_config: TrainConfig | None,
+    tokenizer: Any | None,
+    trainer_state: dict | None = None,
+    extra: dict | None = None,
+    kind: str = "pretraining",
+) -> Path:
+    """Save an (unwrapped) model with its configs, tokenizer and optional trainer state.
+
+    `extra` lands in config.json (e.g. the data sources, the label mapping of a fine-tuned model).
+    """
+    from nanobert.tokenizer import save_tokenizer  # the tokenizer module sits beside us, not below
+
+    config = {
+        "format_version": FORMAT_VERSION,
+        "kind": kind,
+        "model": config_to_dict(model.config),
+        "train": config_to_dict(train_config) if train_config is not None else None,
+        **(extra or {}),
+    }
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+
+    def write(tmp: Path) -> None:
+        (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
+        save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
+        if tokenizer is not None:
+            save_tokenizer(tokenizer, tmp)
+        if trainer_state is not None:
+            torch.save(trainer_state, tmp / TRAINER_STATE_NAME)
+
+    return write_atomically(directory, write)
+
+
+def read_config(directory: str | Path) -> dict:
+    """config.json of a checkpoint directory, with one-line errors for anything that is not a checkpoint."""
+    directory = Path(directory)
+    if directory.exists():
+        _recover(directory)
+    elif directory.with_name(directory.name + ".old").is_dir():
+        _recover(directory)
+    if not directory.is_dir():
+        raise NanobertError(f"checkpoint {directory} does not exist (expected a directory such as RUN/best)")
+    path = directory / CONFIG_NAME
+    if not path.is_file():
+        hint = " (it holds best/ and last/: pass one of those)" if (directory / "last").is_dir() else ""
+        raise NanobertError(f"{directory} is not a nanobert checkpoint: it has no {CONFIG_NAME}{hint}")
+    try:
+        config = json.loads(path.read_text())
+        config["model"]
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
+        raise NanobertError(
+            f"{path} is not a nanobert checkpoint config (corrupt or from another tool)"
+        ) from None
+    return config
+
+
+def load_state_dict(directory: str | Path) -> dict[str, torch.Tensor]:
+    """The weights of a checkpoint, through safetensors; a truncated or corrupt file is a one-line error."""
+    path = Path(directory) / WEIGHTS_NAME
+    if not path.is_file():
+        raise NanobertError(f"checkpoint {directory} has no {WEIGHTS_NAME}")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise NanobertError(
+            f"{path} is corrupt or truncated ({str(e).splitlines()[0]}); "
+            "use another checkpoint (e.g. best/ instead of last/)"
+        ) from None
+
+
+def load_pretraining_checkpoint(
+    directory: str | Path, map_location: str | torch.device = "cpu"
+) -> tuple[BertForPreTraining, dict]:
+    """Rebuild BertForPreTraining from a checkpoint directory. Returns (model in eval mode, config dict)."""
+    config = read_config(directory)
+    if config.get("kind", "pretraining") != "pretraining":
+        raise NanobertError(f"{directory} holds a {config['kind']} model, not a pretraining checkpoint")
+    try:
+        model_config = config_from_dict(ModelConfig, config["model"])
+    except TypeError as e:
+        raise NanobertError(f"{directory}/{CONFIG_NAME}: invalid model config ({e})") from None
+    model = BertForPreTraining(model_config)
+    state = load_state_dict(directory)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        raise NanobertError(
+            f"{directory}: weights do not match its config.json ({str(e).splitlines()[0]})"
+        ) from None
+    return model.to(map_location).eval(), config
+
+
+def load_train_config(config: dict) -> TrainConfig:
+    return config_from_dict(TrainConfig, config.get("train") or {})
+
+
+def load_trainer_state(directory: str | Path) -> dict:
+    """trainer_state.pt, loaded without unpickling arbitrary objects (weights_only=True)."""
+    path = Path(directory) / TRAINER_STATE_NAME
+    if not path.is_file():
+        raise NanobertError(
+            f"{directory} has no {TRAINER_STATE_NAME}, so it cannot be resumed "
+            "(resume from RUN/last, which always has one)"
+        )
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unpickling failure means the same thing to the user
+        raise NanobertError(
+            f"{path} is corrupt ({type(e).__name__}); resume from another checkpoint"
+        ) from None
+
+
+__all__ = [
+    "load_pretraining_checkpoint",
+    "load_state_dict",
+    "load_train_config",
+    "load_trainer_state",
+    "read_config",
+    "save_checkpoint",
+    "write_atomically",
+]

@@ -1,0 +1,145 @@
+"""Held-out metrics: MLM loss, accuracy and perplexity, and NSP loss and accuracy.
+
+The held-out protocol is fixed, whatever the training recipe: NSP instances built once from the held-out
+documents with `eval_seed`, standard masking (15% of tokens, 80/10/10, no whole-word masking) from a collator
+seeded with `eval_seed`. Every evaluation of every model therefore sees exactly the same masked batches, so
+numbers are comparable across steps, runs and recipes.
+
+MLM figures are per masked token over the whole split (not a mean of batch means); perplexity is
+exp(mlm_loss).
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from nanobert.corpus import Document
+from nanobert.errors import NanobertError
+from nanobert.model import IGNORE_INDEX, BertForPreTraining
+from nanobert.pretraining_data import MaskingCollator, create_instances
+from nanobert.tokenizer import encode_sentences
+
+METRIC_KEYS = ("mlm_loss", "mlm_accuracy", "mlm_perplexity", "nsp_loss", "nsp_accuracy")
+EVAL_MASK_PROB = 0.15  # the standard rate for held-out figures, independent of the training recipe
+
+
+def tokenize_documents(tokenizer: Any, documents: list[Document]) -> list[list[list[int]]]:
+    """Token ids for every sentence of every document (no special tokens), in one batched encode."""
+    flat = [s for doc in documents for s in doc]
+    ids = encode_sentences(tokenizer, flat)
+    out, i = [], 0
+    for doc in documents:
+        out.append(ids[i : i + len(doc)])
+        i += len(doc)
+    return out
+
+
+def prepare_eval_batches(
+    tokenized: list[list[list[int]]], max_seq_len: int, batch_size: int, vocab_size: int, eval_seed: int = 0
+) -> list[dict[str, torch.Tensor]]:
+    """The fixed, pre-masked held-out batches (built once, reused at every evaluation)."""
+    instances = create_instances(tokenized, max_seq_len, seed=eval_seed, epoch=0)
+    if not instances:
+        raise NanobertError("the held-out split yields no NSP instances; give it more text")
+    # Sorting by length keeps padding small; order does not affect the summed metrics.
+    instances = sorted(instances, key=lambda inst: len(inst.input_ids))
+    collator = MaskingCollator(vocab_size, mask_prob=EVAL_MASK_PROB, seed=eval_seed)
+    return [collator(instances[i : i + batch_size]) for i in range(0, len(instances), batch_size)]
+
+
+@torch.no_grad()
+def evaluate_model(
+    model: BertForPreTraining,
+    batches: list[dict[str, torch.Tensor]],
+    device: torch.device | str,
+    autocast_dtype: torch.dtype | None = None,
+) -> dict[str, float]:
+    """The five held-out metrics (METRIC_KEYS) of `model` on pre-masked `batches`."""
+    was_training = model.training
+    model.eval()
+    device = torch.device(device)
+    mlm_loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    mlm_correct = torch.zeros((), dtype=torch.long, device=device)
+    nsp_loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    nsp_correct = torch.zeros((), dtype=torch.long, device=device)
+    n_masked = n_pairs = 0
+    autocast = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
+    for batch in batches:
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        with autocast:
+            out = model(
+                batch["input_ids"],
+                batch["token_type_ids"],
+                batch["attention_mask"],
+                labels=batch["labels"],
+                next_sentence_label=batch["next_sentence_label"],
+            )
+        labels = batch["labels"][batch["labels"] != IGNORE_INDEX]  # same order as prediction_logits
+        logits = out.prediction_logits.float()
+        mlm_loss_sum += F.cross_entropy(logits, labels, reduction="sum").double()
+        mlm_correct += (logits.argmax(-1) == labels).sum()
+        nsp_logits = out.seq_relationship_logits.float()
+        nsp_labels = batch["next_sentence_label"]
+        nsp_loss_sum += F.cross_entropy(nsp_logits, nsp_labels, reduction="sum").double()
+        nsp_correct += (nsp_logits.argmax(-1) == nsp_labels).sum()
+        n_masked += labels.numel()
+        n_pairs += nsp_labels.numel()
+    model.train(was_training)
+    mlm_loss = mlm_loss_sum.item() / max(n_masked, 1)
+    return {
+        "mlm_loss": mlm_loss,
+        "mlm_accuracy": mlm_correct.item() / max(n_masked, 1),
+        "mlm_perplexity": math.exp(min(mlm_loss, 700.0)),  # capped so a diverged model is inf-free
+        "nsp_loss": nsp_loss_sum.item() / max(n_pairs, 1),
+        "nsp_accuracy": nsp_correct.item() / max(n_pairs, 1),
+    }
+
+
+def evaluate_checkpoint(
+    checkpoint: str,
+    data: str | None = None,
+    valid_file: str | None = None,
+    batch_size: int = 64,
+    device: str = "auto",
+) -> dict[str, float]:
+    """Metrics of a pretraining checkpoint on a held-out split (by default the one it was evaluated on)."""
+    from nanobert.checkpoint import load_pretraining_checkpoint, load_train_config
+    from nanobert.corpus import load_documents
+    from nanobert.tokenizer import load_tokenizer
+    from nanobert.train import autocast_dtype, resolve_device
+
+    if batch_size < 1:
+        raise NanobertError(f"--batch-size must be at least 1, got {batch_size}")
+    dev = resolve_device(device)
+    model, config = load_pretraining_checkpoint(checkpoint, map_location=dev)
+    tokenizer = load_tokenizer(checkpoint)
+    train_config = load_train_config(config)
+    recorded = config.get("data") or {}
+    if valid_file is None and data is None:
+        valid_file = recorded.get("valid_file")
+        data = recorded.get("data")
+    if valid_file is not None:
+        documents = load_documents(valid_file, split="valid")
+    elif data is not None:
+        documents = load_documents(data, split="valid")
+    else:
+        raise NanobertError("no held-out data recorded in the checkpoint; pass --valid FILE or --data NAME")
+    tokenized = tokenize_documents(tokenizer, documents)
+    batches = prepare_eval_batches(
+        tokenized, train_config.max_seq_len, batch_size, model.config.vocab_size, train_config.eval_seed
+    )
+    return evaluate_model(model, batches, dev, autocast_dtype(train_config.precision, dev))
+
+
+__all__ = [
+    "METRIC_KEYS",
+    "evaluate_checkpoint",
+    "evaluate_model",
+    "prepare_eval_batches",
+    "tokenize_documents",
+]

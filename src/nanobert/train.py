@@ -1,0 +1,611 @@
+"""Pretraining: setup, one flat loop, evaluation and saving.
+
+Follows nanoGPT's train.py and litgpt's pretrain.py.
+
+`pretrain()` is the whole job behind `nanobert pretrain`. The loop is deliberately plain: take a batch,
+forward and backward (with gradient accumulation and bf16 autocast on CUDA), clip, step AdamW at the
+scheduled learning rate, and now and then log, evaluate and checkpoint. Host synchronisation (`.item()`)
+happens only at log and evaluation intervals.
+
+Reproducibility: everything random flows from `seed`: the model init and dropout (torch's global RNG), the
+NSP instances and batch order (pure functions of (seed, epoch)), and the masking (the collator's own
+generator). A checkpoint stores the data position and all RNG states, so `--resume` continues the exact run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import platform
+import random
+import signal
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nanobert.checkpoint import (
+    load_pretraining_checkpoint,
+    load_train_config,
+    load_trainer_state,
+    read_config,
+    save_checkpoint,
+)
+from nanobert.config import ModelConfig, TrainConfig, config_from_dict
+from nanobert.corpus import Document, load_documents
+from nanobert.errors import NanobertError
+from nanobert.evaluate import evaluate_model, prepare_eval_batches, tokenize_documents
+from nanobert.model import BertForPreTraining, decay_parameter_groups
+from nanobert.pretraining_data import MaskingCollator, batches, create_instances
+from nanobert.tokenizer import load_tokenizer, train_tokenizer
+
+DEFAULT_DATA = "wikitext-2-raw-v1"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Small pure pieces
+
+
+def lr_multiplier(progress: float, warmup_ratio: float, min_lr_ratio: float = 0.0) -> float:
+    """Linear warmup to 1 over the first `warmup_ratio` of training, then linear decay to `min_lr_ratio`.
+
+    `progress` is the fraction of the run done: steps over planned steps, or seconds over the time budget,
+    which is how the schedule adapts when a time budget sets the length.
+    """
+    progress = min(max(progress, 0.0), 1.0)
+    if warmup_ratio > 0 and progress < warmup_ratio:
+        return progress / warmup_ratio
+    decay = (1.0 - progress) / max(1.0 - warmup_ratio, 1e-12)
+    return min_lr_ratio + (1.0 - min_lr_ratio) * decay
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' picks CUDA when present; asking for CUDA without one is a user error, not a crash."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise NanobertError("--device cuda was requested but no CUDA GPU is available; use --device cpu")
+    return torch.device(name)
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """bf16 autocast on CUDA (auto or bf16), none (fp32) on the CPU unless bf16 is asked for."""
+    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    return None
+
+
+def hardware_description(device: torch.device) -> dict[str, Any]:
+    info = {
+        "device": device.type,
+        "torch": torch.__version__,
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "torch_threads": torch.get_num_threads(),
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Data
+
+
+@dataclass
+class DataSources:
+    """Where the train and held-out documents come from (recorded in every checkpoint's config.json)."""
+
+    data: str | None = DEFAULT_DATA
+    train_file: str | None = None
+    valid_file: str | None = None
+
+    def load(self) -> tuple[list[Document], list[Document], str]:
+        """(train documents, held-out documents, a note on where the held-out split came from)."""
+        train_src = self.train_file or self.data
+        if train_src is None:
+            raise NanobertError("no training data: pass --data NAME|DIR|FILE or --train FILE")
+        train = load_documents(train_src, split="train")
+        if self.valid_file:
+            return train, load_documents(self.valid_file, split="valid"), f"held out: {self.valid_file}"
+        source = self.data if not self.train_file else None
+        if source == "toy":  # the toy corpus is memorised: it is its own held-out set
+            return train, train, "held out: the toy corpus itself (a memorisation demo)"
+        if source is not None and (source in _HF_NAMES() or Path(source).is_dir()):
+            return train, load_documents(source, split="valid"), f"held out: the validation split of {source}"
+        # A single file and no --valid: hold out its last documents, so the numbers are not training loss.
+        if len(train) >= 6:
+            n = max(2, len(train) // 10)
+            return train[:-n], train[-n:], f"held out: the last {n} documents of {train_src} (pass --valid)"
+        return (
+            train,
+            train,
+            f"held out: none given and {train_src} is too small to split, so the TRAINING data",
+        )
+
+
+def _HF_NAMES() -> tuple[str, ...]:
+    from nanobert.corpus import WIKITEXT_HF_NAMES
+
+    return WIKITEXT_HF_NAMES
+
+
+class BatchStream:
+    """Endless pre-collated training batches: epoch after epoch of fresh NSP instances and masks.
+
+    Its position (epoch, index) plus the collator's generator state is all a resume needs.
+    """
+
+    def __init__(self, tokenized: list[list[list[int]]], cfg: TrainConfig, collator: MaskingCollator):
+        self.tokenized, self.cfg, self.collator = tokenized, cfg, collator
+        self.epoch, self.index = 0, 0
+        self._epoch_batches: list | None = None
+
+    def _load_epoch(self) -> list:
+        cfg = self.cfg
+        instances = [
+            inst
+            for dupe in range(cfg.dupe_factor)  # each set pairs and splits the documents afresh
+            for inst in create_instances(
+                self.tokenized,
+                cfg.max_seq_len,
+                seed=cfg.seed,
+                epoch=self.epoch * cfg.dupe_factor + dupe,
+                short_seq_prob=cfg.short_seq_prob,
+            )
+        ]
+        return batches(
+            instances, cfg.batch_size, seed=cfg.seed, epoch=self.epoch, bucket=cfg.bucket_by_length
+        )
+
+    def batches_per_epoch(self) -> int:
+        if self._epoch_batches is None:
+            self._epoch_batches = self._load_epoch()
+        return len(self._epoch_batches)
+
+    def next(self) -> dict[str, torch.Tensor]:
+        if self._epoch_batches is None:
+            self._epoch_batches = self._load_epoch()
+        if self.index >= len(self._epoch_batches):
+            self.epoch, self.index = self.epoch + 1, 0
+            self._epoch_batches = self._load_epoch()
+        batch = self.collator(self._epoch_batches[self.index])
+        self.index += 1
+        return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "index": self.index, "collator": self.collator.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch, self.index = int(state["epoch"]), int(state["index"])
+        self._epoch_batches = None
+        self.collator.load_state_dict(state["collator"])
+
+
+def word_start_table(tokenizer: Any, vocab_size: int) -> torch.Tensor:
+    """For whole-word masking: True for ids that begin a word (no '##' continuation prefix)."""
+    table = torch.ones(vocab_size, dtype=torch.bool)
+    for token, idx in tokenizer.get_vocab().items():
+        if token.startswith("##") and idx < vocab_size:
+            table[idx] = False
+    return table
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Output directory, logging
+
+
+class RunLog:
+    """metrics.jsonl plus human-readable progress on stderr (a tqdm bar on a terminal, plain lines otherwise).
+
+    Progress goes to stderr so that stdout carries only the command's result (JSON).
+    """
+
+    def __init__(self, out_dir: Path, total_steps: int | None, start_step: int, quiet: bool = False):
+        self.path = out_dir / "metrics.jsonl"
+        self.quiet = quiet
+        self.bar = None
+        if not quiet and sys.stderr.isatty():
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True)
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records past `step` (a resumed run rewrites them)."""
+        if not self.path.exists():
+            return
+        kept = [
+            line
+            for line in self.path.read_text().splitlines()
+            if line.strip() and json.loads(line)["step"] <= step
+        ]
+        self.path.write_text("".join(line + "\n" for line in kept))
+
+    def record(self, entry: dict[str, Any]) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    def say(self, text: str) -> None:
+        if self.quiet:
+            return
+        if self.bar is not None:
+            self.bar.write(text)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def progress(self, step: int, total: int | None, loss: float, tokens_per_s: float, eta_s: float | None):
+        if self.quiet:
+            return
+        if self.bar is not None:
+            if total is not None and self.bar.total != total:
+                self.bar.total = total
+            self.bar.n = step
+            self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_s:,.0f}")
+            self.bar.refresh()
+        else:
+            eta = f"{eta_s:5.0f}s" if eta_s is not None else "    ?"
+            of = f"/{total}" if total else ""
+            print(
+                f"step {step}{of}  loss {loss:.4f}  tokens/s {tokens_per_s:,.0f}  eta {eta}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def prepare_out_dir(out_dir: Path, overwrite: bool, resuming_inside: bool) -> None:
+    """Refuse to mix two runs in one directory unless asked; never delete anything before that check."""
+    artefacts = [out_dir / n for n in ("metrics.jsonl", "best", "last", "summary.json")]
+    if resuming_inside:
+        return
+    if any(p.exists() for p in artefacts):
+        if not overwrite:
+            raise NanobertError(
+                f"{out_dir} already holds a run; pass --overwrite to replace it, "
+                "--resume {out_dir}/last to continue it, or choose another --out"
+            )
+        for name in ("metrics.jsonl", "summary.json", "curves.png"):
+            (out_dir / name).unlink(missing_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The run
+
+
+@dataclass
+class RunState:
+    """What a resume restores besides weights and optimizer."""
+
+    step: int = 0
+    train_time: float = 0.0  # seconds spent in the loop (the time budget counts these)
+    tokens_seen: int = 0
+    best_mlm_loss: float = math.inf
+    best_step: int | None = None
+    evals_since_best: int = 0
+    total_steps: int | None = None  # the plan; None while a time budget decides the length
+    history: list[dict] = field(default_factory=list)
+
+
+def _trainer_state(optimizer, stream: BatchStream, run: RunState, device: torch.device) -> dict:
+    state = {
+        "optimizer": optimizer.state_dict(),
+        "data": stream.state_dict(),
+        "run": dataclasses.asdict(run),  # plain numbers and dicts: loadable with weights_only=True
+        "rng": {"torch": torch.get_rng_state(), "python": list(random.getstate()[1])},
+    }
+    if device.type == "cuda":
+        state["rng"]["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def pretrain(
+    model_config: ModelConfig,
+    train_config: TrainConfig,
+    sources: DataSources,
+    out_dir: str | Path,
+    *,
+    resume: str | Path | None = None,
+    stop_after: int | None = None,
+    overwrite: bool = False,
+    preset: str | None = None,
+    tokenizer_dir: str | Path | None = None,
+    announce: str | None = None,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Train BertForPreTraining with MLM + NSP; write best/, last/, metrics.jsonl, summary.json, curves.png.
+
+    With `resume` (a checkpoint directory), weights, optimizer, data position and RNG states come from it and
+    the run continues its original plan; `train_config` then only changes the length (max_steps counts all
+    steps). `stop_after` ends the run after that many total steps without changing its schedule.
+    `tokenizer_dir` reuses a saved tokenizer instead of training one: Hugging Face's WordPiece trainer breaks
+    ties by hash order, so two trainings on one corpus now and then differ in a few rare pieces; sharing a
+    tokenizer makes separate runs (and ablations) exactly comparable.
+    Returns the summary dict (also written to summary.json).
+    """
+    wall_start = time.perf_counter()
+    out_dir = Path(out_dir)
+    cfg = train_config
+    device = resolve_device(cfg.device)
+    amp_dtype = autocast_dtype(cfg.precision, device)
+
+    # --- setup: output directory, seeds, data, tokenizer, model, optimizer
+    resume_state = None
+    if resume is not None:
+        resume = Path(resume)
+        read_config(resume)
+        resume_state = load_trainer_state(resume)
+    prepare_out_dir(out_dir, overwrite, resuming_inside=resume is not None)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+
+    train_docs, valid_docs, held_out_note = sources.load()
+    if resume is not None:
+        tokenizer = load_tokenizer(resume)
+        model, _ = load_pretraining_checkpoint(resume, map_location=device)
+        model_config = model.config
+    else:
+        if tokenizer_dir is not None:
+            tokenizer = load_tokenizer(tokenizer_dir)
+        else:
+            tokenizer = train_tokenizer(
+                (s for d in train_docs for s in d),
+                vocab_size=cfg.vocab_size,
+                min_frequency=cfg.tokenizer_min_frequency,
+            )
+        model_config = dataclasses.replace(model_config, vocab_size=tokenizer.get_vocab_size())
+        if cfg.max_seq_len > model_config.max_position_embeddings:
+            raise NanobertError(
+                f"max_seq_len {cfg.max_seq_len} exceeds max_position_embeddings "
+                f"{model_config.max_position_embeddings}"
+            )
+        model = BertForPreTraining(model_config).to(device)
+    vocab_size = model_config.vocab_size
+    train_tok = tokenize_documents(tokenizer, train_docs)
+    valid_tok = tokenize_documents(tokenizer, valid_docs)
+    eval_batches = prepare_eval_batches(
+        valid_tok, cfg.max_seq_len, cfg.eval_batch_size, vocab_size, cfg.eval_seed
+    )
+    word_start = word_start_table(tokenizer, vocab_size) if cfg.whole_word_mask else None
+    collator = MaskingCollator(
+        vocab_size,
+        mask_prob=cfg.mask_prob,
+        max_predictions=cfg.max_predictions,
+        seed=cfg.seed,
+        whole_word_mask=cfg.whole_word_mask,
+        word_start=word_start,
+    )
+    stream = BatchStream(train_tok, cfg, collator)
+
+    optimizer = torch.optim.AdamW(
+        decay_parameter_groups(model, cfg.weight_decay),
+        lr=cfg.learning_rate,
+        betas=(cfg.adam_beta1, cfg.adam_beta2),
+        eps=cfg.adam_eps,
+        fused=device.type == "cuda",
+    )
+    run = RunState()
+    if resume_state is not None:
+        optimizer.load_state_dict(resume_state["optimizer"])
+        stream.load_state_dict(resume_state["data"])
+        run = RunState(**resume_state["run"])
+        torch.set_rng_state(resume_state["rng"]["torch"])
+        random.setstate((3, tuple(resume_state["rng"]["python"]), None))
+        if device.type == "cuda" and "cuda" in resume_state["rng"]:
+            torch.cuda.set_rng_state(resume_state["rng"]["cuda"], device)
+    # The plan: a step count (max_steps, or epochs x batches per epoch), or a time budget.
+    steps_per_epoch = max(1, stream.batches_per_epoch() // cfg.grad_accum_steps)
+    if cfg.max_steps is not None:
+        run.total_steps = cfg.max_steps
+    elif cfg.epochs is not None:
+        run.total_steps = max(1, math.ceil(cfg.epochs * steps_per_epoch))
+    elif cfg.time_budget is None and run.total_steps is None:
+        raise NanobertError("set the run length: --max-steps, --epochs or --time-budget")
+    time_budget = None if cfg.max_steps is not None or cfg.epochs is not None else cfg.time_budget
+    if time_budget is not None:
+        run.total_steps = None
+
+    train_model = torch.compile(model) if cfg.compile else model  # keep `model` unwrapped for saving
+    log = RunLog(out_dir, run.total_steps, run.step, quiet)
+    log.truncate_after(run.step)
+    n_params = sum(p.numel() for p in model.parameters())
+    plan = f"{run.total_steps} steps" if run.total_steps else f"a {time_budget:.0f} s time budget"
+    if announce:
+        log.say(f"nanobert: {announce}")
+    log.say(
+        f"nanobert: {n_params / 1e6:.2f}M parameters, vocab {vocab_size}, {len(train_docs)} train documents "
+        f"({sum(map(len, train_docs))} sentences), {steps_per_epoch} steps/epoch; {held_out_note}"
+    )
+    log.say(
+        f"nanobert: training on {device} for {plan}" + (f", resuming at step {run.step}" if run.step else "")
+    )
+    extra = {"data": dataclasses.asdict(sources), "preset": preset}
+
+    def save(name: str) -> None:
+        save_checkpoint(
+            out_dir / name,
+            model,
+            cfg,
+            tokenizer,
+            _trainer_state(optimizer, stream, run, device),
+            extra={**extra, "step": run.step},
+        )
+
+    def evaluate() -> dict[str, float]:
+        metrics = evaluate_model(model, eval_batches, device, amp_dtype)
+        log.record({"split": "valid", "step": run.step, **metrics})
+        run.history.append({"step": run.step, **metrics})
+        log.say(f"eval step {run.step}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        if metrics["mlm_loss"] < run.best_mlm_loss:
+            run.best_mlm_loss, run.best_step, run.evals_since_best = metrics["mlm_loss"], run.step, 0
+            save("best")
+        else:
+            run.evals_since_best += 1
+        return metrics
+
+    # SIGINT / SIGTERM end the run at the next step boundary with a resumable last/ checkpoint.
+    interrupted: list[int] = []
+    previous_handlers = {}
+
+    def on_signal(signum, _frame):
+        interrupted.append(signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            previous_handlers[sig] = signal.signal(sig, on_signal)
+        except ValueError:  # not the main thread (e.g. called from a worker thread): no handler
+            pass
+
+    # --- the loop
+    model.train()
+    loss_sum = torch.zeros((), device=device)
+    mlm_sum = torch.zeros((), device=device)
+    nsp_sum = torch.zeros((), device=device)
+    window_steps, window_tokens, window_start = 0, 0, time.perf_counter()
+    loop_start, train_time_before, loop_start_step = time.perf_counter(), run.train_time, run.step
+    last_metrics: dict[str, float] | None = None
+    stop_reason = "finished"
+    try:
+        while True:
+            elapsed = train_time_before + time.perf_counter() - loop_start
+            if run.total_steps is not None and run.step >= run.total_steps:
+                break
+            if time_budget is not None and elapsed >= time_budget:
+                break
+            if stop_after is not None and run.step >= stop_after:
+                stop_reason = "stopped after --stop-after"
+                break
+            if interrupted:
+                stop_reason = f"interrupted by signal {interrupted[0]}"
+                break
+            # learning rate for this step, from the fraction of the plan done
+            progress = (run.step + 1) / run.total_steps if run.total_steps else elapsed / time_budget
+            lr = cfg.learning_rate * lr_multiplier(progress, cfg.warmup_ratio, cfg.min_lr_ratio)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            # forward and backward over grad_accum_steps micro-batches
+            for _ in range(cfg.grad_accum_steps):
+                batch = stream.next()
+                window_tokens += int(batch["attention_mask"].sum())
+                batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+                autocast = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else nullcontext()
+                with autocast:
+                    out = train_model(**batch)
+                (out.loss / cfg.grad_accum_steps).backward()
+                loss_sum += out.loss.detach() / cfg.grad_accum_steps
+                mlm_sum += out.mlm_loss.detach() / cfg.grad_accum_steps
+                nsp_sum += out.nsp_loss.detach() / cfg.grad_accum_steps
+            # clip, step, clear
+            if cfg.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            run.step += 1
+            window_steps += 1
+            # log (the only per-step host sync, every log_interval steps and at the end)
+            now = time.perf_counter()
+            is_last = run.total_steps is not None and run.step >= run.total_steps
+            if run.step % cfg.log_interval == 0 or is_last or run.step == stop_after:
+                loss, mlm, nsp = (t.item() / window_steps for t in (loss_sum, mlm_sum, nsp_sum))
+                if not math.isfinite(loss):
+                    raise NanobertError(
+                        f"training diverged at step {run.step} (loss {loss}); "
+                        "the last good checkpoint is kept "
+                        f"in {out_dir}; lower learning_rate (--set learning_rate=...) and resume or restart"
+                    )
+                tokens_per_s = window_tokens / max(now - window_start, 1e-9)
+                run.tokens_seen += window_tokens
+                log.record(
+                    {
+                        "split": "train",
+                        "step": run.step,
+                        "loss": loss,
+                        "mlm_loss": mlm,
+                        "nsp_loss": nsp,
+                        "lr": lr,
+                        "tokens_per_s": tokens_per_s,
+                    }
+                )
+                elapsed = train_time_before + now - loop_start
+                if run.total_steps:  # seconds per step so far in this session, times the steps left
+                    eta = (now - loop_start) / (run.step - loop_start_step) * (run.total_steps - run.step)
+                else:
+                    eta = max(time_budget - elapsed, 0.0)
+                log.progress(run.step, run.total_steps, loss, tokens_per_s, eta)
+                loss_sum.zero_(), mlm_sum.zero_(), nsp_sum.zero_()
+                window_steps, window_tokens, window_start = 0, 0, time.perf_counter()
+            # evaluate and keep the best
+            if run.step % cfg.eval_interval == 0:
+                last_metrics = evaluate()
+                if (
+                    cfg.early_stopping_patience is not None
+                    and run.evals_since_best >= cfg.early_stopping_patience
+                ):
+                    stop_reason = (
+                        f"early stopping: no better held-out MLM loss in {run.evals_since_best} evals"
+                    )
+                    break
+            run.train_time = train_time_before + time.perf_counter() - loop_start
+    finally:
+        for sig, handler in previous_handlers.items():
+            signal.signal(sig, handler)
+        log.close()
+    run.train_time = train_time_before + time.perf_counter() - loop_start
+    run.tokens_seen += window_tokens
+
+    # --- final evaluation and saving
+    if last_metrics is None or run.history[-1]["step"] != run.step:
+        last_metrics = evaluate()
+    save("last")
+    best = next((h for h in run.history if h["step"] == run.best_step), None)
+    summary = {
+        "final": {"step": run.step, **last_metrics},
+        "best": best,
+        "stop_reason": stop_reason,
+        "steps": run.step,
+        "epochs": stream.epoch + stream.index / max(stream.batches_per_epoch(), 1),
+        "train_time_s": round(run.train_time, 2),
+        "wall_time_s": round(time.perf_counter() - wall_start, 2),
+        "tokens_seen": run.tokens_seen,
+        "tokens_per_s": run.tokens_seen / max(run.train_time, 1e-9),
+        "parameters": n_params,
+        "vocab_size": vocab_size,
+        "preset": preset,
+        "data": dataclasses.asdict(sources),
+        "hardware": hardware_description(device),
+        "model": dataclasses.asdict(model_config),
+        "train": dataclasses.asdict(cfg),
+    }
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    try:
+        from nanobert.plots import plot_curves
+
+        plot_curves(out_dir / "metrics.jsonl", out_dir / "curves.png")
+    except ImportError:  # matplotlib is a dependency, but a broken install should not lose the run
+        log.say("nanobert: matplotlib unavailable; curves.png not written")
+    log.say(
+        f"nanobert: {stop_reason} at step {run.step} in {run.train_time:.0f} s "
+        f"({summary['tokens_per_s']:,.0f} tokens/s); outputs in {out_dir}"
+    )
+    if interrupted:
+        log.say(f"nanobert: resume with: nanobert pretrain --resume {out_dir / 'last'}")
+    return summary
+
+
+def resume_configs(resume: str | Path) -> tuple[ModelConfig, TrainConfig, DataSources]:
+    """The configs and data sources a checkpoint was trained with (what --resume continues)."""
+    config = read_config(resume)
+    sources = config_from_dict(DataSources, config.get("data") or {})
+    return config_from_dict(ModelConfig, config["model"]), load_train_config(config), sources
+
+
+__all__ = ["DEFAULT_DATA", "DataSources", "lr_multiplier", "pretrain", "resolve_device", "resume_configs"]

@@ -1,0 +1,41 @@
+"""Small corpora the tests write themselves (no network, no ../shared)."""
+
+import random
+from pathlib import Path
+
+WORDS = (
+    "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
+    "quebec romeo sierra tango uniform victor whiskey xray yankee zulu red green blue amber olive "
+    "silver stone river cloud field forest ocean desert valley mountain"
+).split()
+
+
+def write_corpus(path: Path, n_docs: int = 8, sentences: int = 6, seed: int = 0) -> Path:
+    """A WikiText-style file: ` = Title = ` headings, one paragraph of short sentences per document."""
+    rng = random.Random(seed)
+    lines = []
+    for d in range(n_docs):
+        lines += [f" = Document {d} = ", ""]
+        words = rng.sample(WORDS, 12)  # each document leans on its own words, so NSP is learnable
+        sents = [
+            " ".join(rng.choice(words) for _ in range(rng.randint(4, 9))).capitalize() + " ."
+            for _ in range(sentences)
+        ]
+        lines += [" " + " ".join(sents), ""]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+# Tiny odd-sized model and a short run, for CLI --set.
+TINY_SET = [
+    "hidden_size=32",
+    "num_hidden_layers=2",
+    "num_attention_heads=4",
+    "intermediate_size=37",
+    "vocab_size=120",
+    "max_seq_len=48",
+    "batch_size=8",
+    "eval_interval=5",
+    "log_interval=1",
+    "eval_batch_size=16",
+]

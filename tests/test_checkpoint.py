@@ -1,0 +1,77 @@
+import json
+
+import pytest
+import torch
+
+from nanobert.checkpoint import (
+    load_pretraining_checkpoint,
+    load_trainer_state,
+    read_config,
+    save_checkpoint,
+    write_atomically,
+)
+from nanobert.config import TrainConfig
+from nanobert.errors import NanobertError
+from nanobert.model import BertForPreTraining
+
+
+def test_round_trip(tmp_path, tiny_config):
+    model = BertForPreTraining(tiny_config)
+    save_checkpoint(
+        tmp_path / "ck",
+        model,
+        TrainConfig(),
+        None,
+        trainer_state={"step": 3, "t": torch.ones(2)},
+        extra={"data": {"data": "toy"}},
+    )
+    loaded, config = load_pretraining_checkpoint(tmp_path / "ck")
+    for k, v in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[k], v)
+    assert config["data"] == {"data": "toy"} and config["train"]["seed"] == 1337
+    assert load_trainer_state(tmp_path / "ck")["step"] == 3
+
+
+def test_interrupted_write_keeps_previous(tmp_path, tiny_config):
+    model = BertForPreTraining(tiny_config)
+    save_checkpoint(tmp_path / "ck", model, None, None)
+
+    def crash(tmp):
+        (tmp / "config.json").write_text("{}")
+        raise KeyboardInterrupt  # dies half way through writing
+
+    with pytest.raises(KeyboardInterrupt):
+        write_atomically(tmp_path / "ck", crash)
+    load_pretraining_checkpoint(tmp_path / "ck")  # the previous one is intact
+
+
+def test_crash_between_renames_is_recovered(tmp_path, tiny_config):
+    model = BertForPreTraining(tiny_config)
+    save_checkpoint(tmp_path / "ck", model, None, None)
+    (tmp_path / "ck").rename(tmp_path / "ck.old")  # as if killed after the first rename
+    load_pretraining_checkpoint(tmp_path / "ck")
+    assert not (tmp_path / "ck.old").exists()
+
+
+def test_corrupt_and_missing(tmp_path, tiny_config):
+    with pytest.raises(NanobertError, match="does not exist"):
+        read_config(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(NanobertError, match="not a nanobert checkpoint"):
+        read_config(tmp_path / "empty")
+    save_checkpoint(tmp_path / "ck", BertForPreTraining(tiny_config), None, None)
+    weights = tmp_path / "ck" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # truncated
+    with pytest.raises(NanobertError, match="corrupt or truncated"):
+        load_pretraining_checkpoint(tmp_path / "ck")
+    (tmp_path / "ck" / "config.json").write_text("{not json")
+    with pytest.raises(NanobertError, match="not a nanobert checkpoint config"):
+        read_config(tmp_path / "ck")
+    with pytest.raises(NanobertError, match="trainer_state"):
+        load_trainer_state(tmp_path / "ck")
+
+
+def test_config_json_is_readable(tmp_path, tiny_config):
+    save_checkpoint(tmp_path / "ck", BertForPreTraining(tiny_config), TrainConfig(), None)
+    config = json.loads((tmp_path / "ck" / "config.json").read_text())
+    assert config["model"]["hidden_size"] == 32 and config["kind"] == "pretraining"

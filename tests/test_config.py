@@ -1,0 +1,40 @@
+import pytest
+
+from nanobert.config import PRESETS, build_configs, parse_overrides
+from nanobert.errors import NanobertError
+
+
+def test_overrides_are_typed_and_routed():
+    model, train = parse_overrides(
+        ["hidden_size=64", "learning_rate=3e-4", "max_steps=none", "whole_word_mask=true", "pre_layer_norm=0"]
+    )
+    assert model == {"hidden_size": 64, "pre_layer_norm": False}
+    assert train == {"learning_rate": 3e-4, "max_steps": None, "whole_word_mask": True}
+
+
+@pytest.mark.parametrize(
+    "pair, message",
+    [
+        ("nonsense=1", "unknown key"),
+        ("hidden_size=big", "expected int"),
+        ("learning_rate", "key=value"),
+        ("compile=maybe", "expected bool"),
+    ],
+)
+def test_bad_overrides(pair, message):
+    with pytest.raises(NanobertError, match=message):
+        parse_overrides([pair])
+
+
+def test_presets_build_and_unknown_preset():
+    for name in PRESETS:
+        build_configs(name)
+    with pytest.raises(NanobertError, match="unknown preset"):
+        build_configs("gigantic")
+
+
+def test_explicit_length_replaces_preset_length():
+    _, train = build_configs("toy", train_overrides={"time_budget": 5.0})
+    assert train.max_steps is None and train.time_budget == 5.0
+    with pytest.raises(NanobertError, match="only one"):
+        build_configs("mini", train_overrides={"max_steps": 5, "epochs": 1.0})
