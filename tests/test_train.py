@@ -120,3 +120,25 @@ def test_toy_corpus_is_memorised(tmp_path, capsys):
     assert main(["evaluate", str(run / "best"), "--device", "cpu"]) == 0
     metrics = json.loads(capsys.readouterr().out)
     assert metrics["mlm_accuracy"] >= 0.95 and metrics["nsp_accuracy"] >= 0.95, metrics
+
+
+def test_prefetcher_yields_the_same_batches_and_states(tmp_path):
+    """The GPU path prepares batches on a thread; it must feed exactly what the synchronous path does."""
+    import torch
+
+    from nanobert.config import TrainConfig
+    from nanobert.pretraining_data import MaskingCollator
+    from nanobert.train import BatchStream, Prefetcher, Synchronous
+
+    docs = [[[5 + (d * 7 + s) % 40] * (3 + s) for s in range(6)] for d in range(5)]
+    cfg = TrainConfig(max_seq_len=24, batch_size=4)
+    sync = Synchronous(BatchStream(docs, cfg, MaskingCollator(50, seed=3)))
+    pre = Prefetcher(BatchStream(docs, cfg, MaskingCollator(50, seed=3)), depth=2, pin_memory=False)
+    try:
+        for _ in range(12):  # crosses epoch boundaries
+            (a, sa), (b, sb) = sync.next(), pre.next()
+            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+            assert (sa["epoch"], sa["index"]) == (sb["epoch"], sb["index"])
+            assert torch.equal(sa["collator"]["generator"], sb["collator"]["generator"])
+    finally:
+        pre.close()

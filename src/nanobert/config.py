@@ -92,6 +92,7 @@ class TrainConfig:
     whole_word_mask: bool = False
     dupe_factor: int = 1  # independent NSP instance sets per epoch (Google's dupe_factor), for tiny corpora
     bucket_by_length: bool = True  # length-bucketed batches waste less compute on padding
+    pad_to_multiple_of: int = 8  # padded lengths come in few shapes (fewer recompiles, tensor-core sizes)
     # optimisation
     batch_size: int = 32
     grad_accum_steps: int = 1

@@ -215,7 +215,8 @@ class PreTrainingOutput:
     """What BertForPreTraining.forward returns (the fields of transformers' BertForPreTrainingOutput).
 
     With `labels`, prediction_logits holds only the masked positions, (N, V), in the row-major order of
-    `labels != -100`; without labels it covers every position, (B, T, V).
+    `labels != -100` (followed by any padding rows `mlm_positions` carried); without labels it covers every
+    position, (B, T, V).
     """
 
     loss: torch.Tensor | None
@@ -261,9 +262,12 @@ class BertForPreTraining(nn.Module):
         next_sentence_label: torch.Tensor | None = None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
+        mlm_positions: torch.Tensor | None = None,
     ) -> PreTrainingOutput:
         """labels (B, T): the original token id at masked positions, -100 elsewhere.
         next_sentence_label (B,): 0 = B follows A, 1 = B is a random sentence.
+        mlm_positions (N,): optional flat indices into B*T of the positions to decode (see
+        `pretraining_data.masked_positions`); without it they are found on the device, which costs a sync.
         """
         enc = self.bert(input_ids, token_type_ids, attention_mask, output_attentions, output_hidden_states)
         h = enc.last_hidden_state  # (B, T, H)
@@ -273,14 +277,15 @@ class BertForPreTraining(nn.Module):
             # Decode only the masked positions: the (H x V) projection is the largest matrix multiply in a
             # small BERT, and ~85% of positions carry no label.
             flat_labels = labels.reshape(-1)
-            masked = (flat_labels != IGNORE_INDEX).nonzero().squeeze(1)  # (N,)
+            if mlm_positions is None:
+                mlm_positions = (flat_labels != IGNORE_INDEX).nonzero().squeeze(1)
+            target = flat_labels.index_select(0, mlm_positions)  # (N,); -100 at padding slots
             prediction_logits = self.mlm_head(
-                h.reshape(-1, h.size(-1)).index_select(0, masked), decoder_weight
+                h.reshape(-1, h.size(-1)).index_select(0, mlm_positions), decoder_weight
             )  # (N, V)
-            # Sum then divide, so a batch with no masked position gives 0, not NaN.
-            mlm_loss = F.cross_entropy(
-                prediction_logits.float(), flat_labels.index_select(0, masked), reduction="sum"
-            ) / max(masked.numel(), 1)
+            # Sum over real targets, then divide, so a batch with no masked position gives 0, not NaN.
+            n_targets = (target != IGNORE_INDEX).sum().clamp(min=1)
+            mlm_loss = F.cross_entropy(prediction_logits.float(), target, reduction="sum") / n_targets
         else:
             prediction_logits = self.mlm_head(h, decoder_weight)  # (B, T, V)
         seq_relationship_logits = self.nsp_head(enc.pooler_output)  # (B, 2)

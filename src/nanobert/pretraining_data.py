@@ -21,7 +21,7 @@ import torch
 
 from nanobert.errors import NanobertError
 
-__all__ = ["Instance", "MaskingCollator", "batches", "create_instances"]
+__all__ = ["Instance", "MaskingCollator", "batches", "create_instances", "masked_positions"]
 
 # Fixed project-wide (see tokenizer.py); ids >= NUM_SPECIAL_TOKENS are ordinary word pieces.
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 1, 2, 3, 4
@@ -212,6 +212,20 @@ def batches(
     return [[instances[j] for j in group] for group in groups]
 
 
+def masked_positions(labels: torch.Tensor, multiple: int = 1) -> torch.Tensor:
+    """Flat indices (into B*T) of the labelled positions, padded with index 0 to a multiple of `multiple`.
+
+    Computed on the host before a batch moves to the GPU, so the model can decode only these positions
+    without a device-to-host synchronisation; the padding points at position 0 of the first row ([CLS],
+    label -100), which the loss ignores, and keeps the number of distinct shapes small for torch.compile.
+    """
+    positions = (labels.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(1)
+    pad = -len(positions) % multiple
+    if pad:
+        positions = torch.cat([positions, positions.new_zeros(pad)])
+    return positions
+
+
 class MaskingCollator:
     """Pads a list of `Instance`s into tensors and masks them for MLM, differently on every call.
 
@@ -238,6 +252,7 @@ class MaskingCollator:
         max_predictions: int | None = None,
         pad_to: int | None = None,
         seed: int | None = None,
+        pad_to_multiple_of: int | None = None,
         whole_word_mask: bool = False,
         word_start: torch.Tensor | None = None,
         pad_id: int = PAD_ID,
@@ -257,6 +272,8 @@ class MaskingCollator:
             raise NanobertError(f"max_predictions={max_predictions} must be at least 1 (or None for no cap)")
         if pad_to is not None and pad_to < 1:
             raise NanobertError(f"pad_to={pad_to} must be at least 1 (or None to pad to the longest)")
+        if pad_to_multiple_of is not None and pad_to_multiple_of < 1:
+            raise NanobertError(f"pad_to_multiple_of={pad_to_multiple_of} must be at least 1 (or None)")
         if whole_word_mask:
             if word_start is None:
                 raise NanobertError("whole_word_mask needs word_start (a bool per vocabulary id); pass it")
@@ -269,6 +286,9 @@ class MaskingCollator:
         self.mask_prob = mask_prob
         self.max_predictions = max_predictions
         self.pad_to = pad_to
+        # Rounding the padded length up to a multiple keeps the set of batch shapes small (fewer
+        # torch.compile recompilations, tensor-core friendly sizes) while length bucketing keeps waste low.
+        self.pad_to_multiple_of = pad_to_multiple_of
         self.whole_word_mask = whole_word_mask
         self.word_start = word_start
         self.pad_id, self.mask_id, self.num_special_tokens = pad_id, mask_id, num_special_tokens
@@ -287,6 +307,8 @@ class MaskingCollator:
     def _pad(self, instances: list[Instance]) -> dict[str, torch.Tensor]:
         lengths = torch.tensor([len(x.input_ids) for x in instances])
         width = int(lengths.max()) if self.pad_to is None else self.pad_to
+        if self.pad_to is None and self.pad_to_multiple_of:
+            width = -(-width // self.pad_to_multiple_of) * self.pad_to_multiple_of
         if int(lengths.max()) > width:
             raise NanobertError(
                 f"an instance has {int(lengths.max())} tokens but pad_to={width}; "

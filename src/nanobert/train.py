@@ -42,7 +42,7 @@ from nanobert.corpus import Document, load_documents
 from nanobert.errors import NanobertError
 from nanobert.evaluate import evaluate_model, prepare_eval_batches, tokenize_documents
 from nanobert.model import BertForPreTraining, decay_parameter_groups
-from nanobert.pretraining_data import MaskingCollator, batches, create_instances
+from nanobert.pretraining_data import MaskingCollator, batches, create_instances, masked_positions
 from nanobert.tokenizer import load_tokenizer, train_tokenizer
 
 DEFAULT_DATA = "wikitext-2-raw-v1"
@@ -136,6 +136,9 @@ def _HF_NAMES() -> tuple[str, ...]:
     return WIKITEXT_HF_NAMES
 
 
+MLM_POSITIONS_MULTIPLE = 64  # masked-position count padded to this, so compiled shapes stay few
+
+
 class BatchStream:
     """Endless pre-collated training batches: epoch after epoch of fresh NSP instances and masks.
 
@@ -170,6 +173,7 @@ class BatchStream:
         return len(self._epoch_batches)
 
     def next(self) -> dict[str, torch.Tensor]:
+        """The next batch, ready for the device: collated, masked, with `mlm_positions` computed here."""
         if self._epoch_batches is None:
             self._epoch_batches = self._load_epoch()
         if self.index >= len(self._epoch_batches):
@@ -177,6 +181,10 @@ class BatchStream:
             self._epoch_batches = self._load_epoch()
         batch = self.collator(self._epoch_batches[self.index])
         self.index += 1
+        batch["mlm_positions"] = masked_positions(batch["labels"], MLM_POSITIONS_MULTIPLE)
+        if bool(batch["attention_mask"].all()):
+            # No padding: no mask, which lets SDPA use its fastest (flash) kernel. Decided here, on the host.
+            del batch["attention_mask"]
         return batch
 
     def state_dict(self) -> dict[str, Any]:
@@ -186,6 +194,64 @@ class BatchStream:
         self.epoch, self.index = int(state["epoch"]), int(state["index"])
         self._epoch_batches = None
         self.collator.load_state_dict(state["collator"])
+
+
+class Prefetcher:
+    """Prepares batches on a background thread (pinned, ready for non-blocking copies) while the GPU trains.
+
+    Each batch travels with the stream state *after* it, so a checkpoint records the data position of the
+    last batch actually trained on, not of the ones waiting in the queue; resume stays exact.
+    """
+
+    def __init__(self, stream: BatchStream, depth: int = 4, pin_memory: bool = True):
+        import queue
+        import threading
+
+        self.stream, self.pin_memory = stream, pin_memory
+        self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._work, daemon=True)
+        self.thread.start()
+
+    def _work(self) -> None:
+        try:
+            while not self.stop.is_set():
+                batch = self.stream.next()
+                if self.pin_memory:
+                    batch = {k: v.pin_memory() for k, v in batch.items()}
+                item = (batch, self.stream.state_dict())
+                while not self.stop.is_set():
+                    try:
+                        self.queue.put(item, timeout=0.1)
+                        break
+                    except Exception:  # queue.Full: check the stop flag and retry
+                        continue
+        except BaseException as e:  # surface data errors in the training thread
+            self.queue.put((e, None))
+
+    def next(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        batch, state = self.queue.get()
+        if isinstance(batch, BaseException):
+            raise batch
+        return batch, state
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+
+
+class Synchronous:
+    """The same interface as Prefetcher, preparing each batch when asked (CPU training: no idle device)."""
+
+    def __init__(self, stream: BatchStream):
+        self.stream = stream
+
+    def next(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        batch = self.stream.next()
+        return batch, self.stream.state_dict()
+
+    def close(self) -> None:
+        pass
 
 
 def word_start_table(tokenizer: Any, vocab_size: int) -> torch.Tensor:
@@ -296,10 +362,10 @@ class RunState:
     history: list[dict] = field(default_factory=list)
 
 
-def _trainer_state(optimizer, stream: BatchStream, run: RunState, device: torch.device) -> dict:
+def _trainer_state(optimizer, data_state: dict, run: RunState, device: torch.device) -> dict:
     state = {
         "optimizer": optimizer.state_dict(),
-        "data": stream.state_dict(),
+        "data": data_state,
         "run": dataclasses.asdict(run),  # plain numbers and dicts: loadable with weights_only=True
         "rng": {"torch": torch.get_rng_state(), "python": list(random.getstate()[1])},
     }
@@ -380,6 +446,7 @@ def pretrain(
         vocab_size,
         mask_prob=cfg.mask_prob,
         max_predictions=cfg.max_predictions,
+        pad_to_multiple_of=cfg.pad_to_multiple_of,
         seed=cfg.seed,
         whole_word_mask=cfg.whole_word_mask,
         word_start=word_start,
@@ -436,7 +503,7 @@ def pretrain(
             model,
             cfg,
             tokenizer,
-            _trainer_state(optimizer, stream, run, device),
+            _trainer_state(optimizer, data_state, run, device),
             extra={**extra, "step": run.step},
         )
 
@@ -471,6 +538,10 @@ def pretrain(
     mlm_sum = torch.zeros((), device=device)
     nsp_sum = torch.zeros((), device=device)
     window_steps, window_tokens, window_start = 0, 0, time.perf_counter()
+    # On a GPU the next batches are prepared on a thread while it computes; on the CPU that would only
+    # compete for the same cores.
+    data_state = stream.state_dict()
+    feeder = Prefetcher(stream) if device.type == "cuda" else Synchronous(stream)
     loop_start, train_time_before, loop_start_step = time.perf_counter(), run.train_time, run.step
     last_metrics: dict[str, float] | None = None
     stop_reason = "finished"
@@ -494,8 +565,9 @@ def pretrain(
                 group["lr"] = lr
             # forward and backward over grad_accum_steps micro-batches
             for _ in range(cfg.grad_accum_steps):
-                batch = stream.next()
-                window_tokens += int(batch["attention_mask"].sum())
+                batch, data_state = feeder.next()
+                mask = batch.get("attention_mask")
+                window_tokens += int(mask.sum()) if mask is not None else batch["input_ids"].numel()
                 batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
                 autocast = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else nullcontext()
                 with autocast:
@@ -556,6 +628,7 @@ def pretrain(
                     break
             run.train_time = train_time_before + time.perf_counter() - loop_start
     finally:
+        feeder.close()
         for sig, handler in previous_handlers.items():
             signal.signal(sig, handler)
         log.close()
@@ -572,7 +645,7 @@ def pretrain(
         "best": best,
         "stop_reason": stop_reason,
         "steps": run.step,
-        "epochs": stream.epoch + stream.index / max(stream.batches_per_epoch(), 1),
+        "epochs": data_state["epoch"] + data_state["index"] / max(stream.batches_per_epoch(), 1),
         "train_time_s": round(run.train_time, 2),
         "wall_time_s": round(time.perf_counter() - wall_start, 2),
         "tokens_seen": run.tokens_seen,
