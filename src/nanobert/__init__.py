@@ -23,6 +23,15 @@ _EXPORTS = {
     "pretrain": "nanobert.train",
     "evaluate_checkpoint": "nanobert.evaluate",
     "load_pretraining_checkpoint": "nanobert.checkpoint",
+    "load": "nanobert.inference",
+    "InferenceModel": "nanobert.inference",
+    "plot_attention": "nanobert.inference",
+    "export_hf": "nanobert.hf_export",
+    "import_hf": "nanobert.hf_export",
+    "FinetuneConfig": "nanobert.finetune",
+    "TaskSpec": "nanobert.finetune",
+    "load_finetuned": "nanobert.finetune",
+    "predict": "nanobert.finetune",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -198,6 +198,363 @@ def _cmd_presets(args) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------------------------------------
+# finetune
+
+
+_COLUMN_HELP = "a column name, or a 0-based index for a headerless file (every row is data)"
+
+
+def _add_finetune(sub) -> None:
+    p = sub.add_parser(
+        "finetune",
+        help="fine-tune a pretrained checkpoint on a labelled CSV/TSV/JSONL file",
+        description="Fine-tune the encoder of a pretraining checkpoint for sentence or sentence-pair "
+        "classification (or regression); the epoch with the best dev metric is kept in OUT/best.",
+    )
+    p.add_argument("checkpoint", metavar="CKPT", help="a pretraining checkpoint, e.g. RUN/best")
+    p.add_argument("--train", required=True, metavar="FILE", help="labelled training file (.csv/.tsv/.jsonl)")
+    p.add_argument("--dev", required=True, metavar="FILE", help="labelled file that picks the best epoch")
+    p.add_argument("--test", metavar="FILE", help="labelled file to score the best epoch on at the end")
+    p.add_argument("--text-col", required=True, metavar="COL", help=_COLUMN_HELP)
+    p.add_argument("--text-pair-col", metavar="COL", help="second text of a sentence pair (segment B)")
+    p.add_argument("--label-col", required=True, metavar="COL")
+    p.add_argument("--task", choices=["classification", "regression"], default="classification")
+    p.add_argument(
+        "--metric",
+        choices=["accuracy", "macro_f1", "mcc", "pearson", "spearman"],
+        help="dev metric that picks the best epoch (default: accuracy, or pearson for regression)",
+    )
+    p.add_argument("--epochs", type=int, help="default 3")
+    p.add_argument("--batch-size", type=int, help="default 32")
+    p.add_argument("--learning-rate", type=float, help="peak AdamW learning rate, default 1e-4")
+    p.add_argument("--warmup-ratio", type=float, help="share of steps warming up linearly, default 0.1")
+    p.add_argument("--weight-decay", type=float, help="default 0.01")
+    p.add_argument("--max-seq-len", type=int, help="tokens per example incl. [CLS]/[SEP], default 128")
+    p.add_argument("--seed", type=int, help="default 1337")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="default: auto (CUDA when present)")
+    p.add_argument("--format", choices=["csv", "tsv", "jsonl"], help="default: from the file extension")
+    p.add_argument("--encoding", help="text encoding of the files (default UTF-8), e.g. latin-1")
+    p.add_argument("--out", help="output directory (default: runs/finetune-TIMESTAMP)")
+    p.add_argument(
+        "--from-scratch",
+        action="store_true",
+        help="random initialisation instead of the checkpoint's weights (same shape, tokenizer, budget)",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=_cmd_finetune)
+
+
+def _cmd_finetune(args) -> int:
+    from nanobert.finetune import FinetuneConfig, TaskSpec, finetune
+    from nanobert.tabular import parse_column
+
+    spec = TaskSpec(
+        text_col=parse_column(args.text_col),
+        label_col=parse_column(args.label_col),
+        text_pair_col=parse_column(args.text_pair_col) if args.text_pair_col is not None else None,
+        task=args.task,
+        format=args.format,
+        encoding=args.encoding,
+    )
+    names = ("epochs", "batch_size", "learning_rate", "warmup_ratio", "weight_decay", "max_seq_len")
+    names += ("seed", "device", "metric")
+    cfg = FinetuneConfig(**{n: getattr(args, n) for n in names if getattr(args, n) is not None})
+    init = "scratch" if args.from_scratch else "pretrained"
+    out = Path(args.out) if args.out else Path("runs") / f"finetune-{init}-{time.strftime('%Y%m%d-%H%M%S')}"
+    summary = finetune(
+        args.checkpoint,
+        spec,
+        args.train,
+        args.dev,
+        out,
+        cfg,
+        test_file=args.test,
+        from_scratch=args.from_scratch,
+        overwrite=args.overwrite,
+        quiet=args.quiet,
+    )
+    _print_json(
+        {
+            "out": str(out),
+            "init": summary["init"],
+            "best_epoch": summary["best_epoch"],
+            "dev": summary["dev"],
+            "test": summary["test"],
+            "train_time_s": summary["train_time_s"],
+        }
+    )
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------------
+# predict
+
+
+def _add_predict(sub) -> None:
+    p = sub.add_parser(
+        "predict",
+        help="label a CSV/TSV/JSONL file with a fine-tuned model",
+        description="Add the predicted label and class probabilities (or the score) to every row of a "
+        "file, written in the input's format.",
+    )
+    p.add_argument("model", metavar="FT_DIR", help="a fine-tuned checkpoint (RUN/best) or its run directory")
+    p.add_argument("--input", required=True, metavar="FILE")
+    p.add_argument("--out", metavar="FILE", help="where to write the labelled rows (default: stdout)")
+    p.add_argument("--format", choices=["csv", "tsv", "jsonl"], help="default: from the file extension")
+    p.add_argument("--encoding", help="text encoding of the input (default UTF-8); output is UTF-8")
+    p.add_argument("--text-col", metavar="COL", help="default: the column the model was trained on")
+    p.add_argument("--text-pair-col", metavar="COL", help="default: the one the model was trained on")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.set_defaults(func=_cmd_predict)
+
+
+def _cmd_predict(args) -> int:
+    from nanobert.finetune import predict
+    from nanobert.tabular import parse_column
+
+    result = predict(
+        args.model,
+        args.input,
+        args.out,
+        fmt=args.format,
+        encoding=args.encoding,
+        text_col=parse_column(args.text_col) if args.text_col is not None else None,
+        text_pair_col=parse_column(args.text_pair_col) if args.text_pair_col is not None else None,
+        batch_size=args.batch_size,
+        device=args.device,
+    )
+    if args.out:  # the rows went to a file: stdout carries the result
+        _print_json(result)
+    elif "metrics" in result:  # the rows went to stdout: keep it clean, the scores go to stderr
+        print("nanobert: " + json.dumps(result["metrics"]), file=sys.stderr)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------------
+# use and inspect a pretrained checkpoint: fill-mask, nsp, similarity, embed, attention, explain
+
+
+def _inference_args(p, json_help: str = "print the result as JSON") -> None:
+    p.add_argument("checkpoint", metavar="CKPT", help="a pretraining checkpoint directory, e.g. RUN/best")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--json", action="store_true", help=json_help)
+
+
+def _load_for_inference(args):
+    from nanobert.inference import load
+
+    return load(args.checkpoint, device=args.device)
+
+
+def _add_fill_mask(sub) -> None:
+    p = sub.add_parser("fill-mask", help="the most probable word pieces at each [MASK] in a text")
+    _inference_args(p)
+    p.add_argument("text", help='a text with one or more [MASK], e.g. "the cat sat on the [MASK] ."')
+    p.add_argument("--top-k", type=int, default=5, help="candidates per [MASK] (default 5)")
+    p.set_defaults(func=_cmd_fill_mask)
+
+
+def _cmd_fill_mask(args) -> int:
+    from dataclasses import asdict
+
+    result = _load_for_inference(args).fill_mask(args.text, top_k=args.top_k)
+    if args.json:
+        _print_json(asdict(result))
+        return 0
+    for n, mask in enumerate(result.masks, 1):
+        print(f"[MASK] {n} of {len(result.masks)} (token position {mask.position}):")
+        width = max(len(c.token) for c in mask.candidates)
+        for c in mask.candidates:
+            print(f"  {c.probability:6.1%}  {c.token:<{width}s}  {c.sequence}")
+    if len(result.masks) > 1:
+        print(f"top guesses together: {result.filled}")
+    return 0
+
+
+def _add_nsp(sub) -> None:
+    p = sub.add_parser("nsp", help="the probability that sentence B follows sentence A")
+    _inference_args(p)
+    p.add_argument("text_a", metavar="A")
+    p.add_argument("text_b", metavar="B")
+    p.set_defaults(func=_cmd_nsp)
+
+
+def _cmd_nsp(args) -> int:
+    result = _load_for_inference(args).next_sentence(args.text_a, args.text_b)
+    if args.json:
+        _print_json({"IsNext": result.is_next, "NotNext": result.not_next})
+    else:
+        print(f"IsNext {result.is_next:.1%}  NotNext {result.not_next:.1%}")
+    return 0
+
+
+def _add_similarity(sub) -> None:
+    p = sub.add_parser("similarity", help="cosine similarity of two texts' mean-pooled embeddings")
+    _inference_args(p)
+    p.add_argument("text_a", metavar="A")
+    p.add_argument("text_b", metavar="B")
+    p.set_defaults(func=_cmd_similarity)
+
+
+def _cmd_similarity(args) -> int:
+    value = _load_for_inference(args).similarity(args.text_a, args.text_b)
+    if args.json:
+        _print_json({"cosine_similarity": value})
+    else:
+        print(f"cosine similarity {value:.4f}")
+    return 0
+
+
+def _add_embed(sub) -> None:
+    p = sub.add_parser("embed", help="one mean-pooled embedding per line of a text file, saved as .npy")
+    _inference_args(p)
+    p.add_argument("--input", required=True, metavar="FILE", help="UTF-8 text, one text per line")
+    p.add_argument("--out", required=True, metavar="FILE.npy", help="where to np.save the (lines, H) matrix")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.set_defaults(func=_cmd_embed)
+
+
+def _cmd_embed(args) -> int:
+    from nanobert.inference import embed_file
+
+    path, shape = embed_file(_load_for_inference(args), args.input, args.out, batch_size=args.batch_size)
+    if args.json:
+        _print_json({"out": str(path), "shape": list(shape), "dtype": "float32"})
+    else:
+        print(f"wrote {path}: {shape[0]} embeddings of size {shape[1]} (float32)")
+    return 0
+
+
+def _add_attention(sub) -> None:
+    p = sub.add_parser("attention", help="draw attention maps (tokens on both axes) as a PNG")
+    _inference_args(p, json_help="print what was drawn as JSON, with the attention probabilities")
+    p.add_argument("text")
+    p.add_argument("--pair", metavar="B", help="a second sentence, encoded as [CLS] A [SEP] B [SEP]")
+    p.add_argument("--layer", type=int, help="one layer, counted from 0 (default: every layer)")
+    p.add_argument("--head", type=int, help="one head, counted from 0 (default: every head)")
+    p.add_argument("--out", required=True, metavar="PNG")
+    p.set_defaults(func=_cmd_attention)
+
+
+def _cmd_attention(args) -> int:
+    from nanobert.inference import plot_attention
+
+    maps = _load_for_inference(args).attention(args.text, args.pair)
+    path = plot_attention(maps, args.out, layer=args.layer, head=args.head)
+    L, nh, T, _ = maps.probs.shape
+    layers = [args.layer] if args.layer is not None else list(range(L))
+    heads = [args.head] if args.head is not None else list(range(nh))
+    if args.json:
+        _print_json(
+            {
+                "out": str(path),
+                "tokens": maps.tokens,
+                "layers": layers,
+                "heads": heads,
+                "attentions": [[maps.probs[li, hi].round(4).tolist() for hi in heads] for li in layers],
+            }
+        )
+    else:
+        print(f"wrote {path}: {len(layers)} layer(s) x {len(heads)} head(s) over {T} tokens")
+    return 0
+
+
+def _add_explain(sub) -> None:
+    p = sub.add_parser("explain", help="a step-by-step trace of one forward pass, for learners")
+    _inference_args(p)
+    p.add_argument("text_a", metavar="A")
+    p.add_argument("text_b", metavar="B", nargs="?", help="optional second sentence")
+    p.add_argument("--top-k", type=int, default=5, help="predictions shown at each [MASK]")
+    p.add_argument("--preview", type=int, default=6, help="numbers shown of each vector (default 6)")
+    p.set_defaults(func=_cmd_explain)
+
+
+def _cmd_explain(args) -> int:
+    from dataclasses import asdict
+
+    from nanobert.explain import explain, format_trace
+
+    trace = explain(
+        _load_for_inference(args), args.text_a, args.text_b, top_k=args.top_k, preview=args.preview
+    )
+    if args.json:
+        _print_json(asdict(trace))
+    else:
+        print(format_trace(trace))
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------------
+# export-hf / import-hf
+
+
+def _add_export_hf(sub) -> None:
+    p = sub.add_parser("export-hf", help="write a checkpoint as a transformers BertForPreTraining directory")
+    p.add_argument("checkpoint", metavar="CKPT")
+    p.add_argument("out", metavar="OUT")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT if it is not empty")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=_cmd_export_hf)
+
+
+def _cmd_export_hf(args) -> int:
+    from nanobert.hf_export import export_hf
+
+    out = export_hf(args.checkpoint, args.out, overwrite=args.overwrite)
+    files = sorted(f.name for f in out.iterdir())
+    if args.json:
+        _print_json({"out": str(out), "files": files})
+    else:
+        print(f"wrote {out}: {', '.join(files)}")
+        print(f"load it with transformers.BertForPreTraining.from_pretrained({str(out)!r})")
+    return 0
+
+
+def _add_import_hf(sub) -> None:
+    p = sub.add_parser("import-hf", help="convert a transformers BERT directory into a nanobert checkpoint")
+    p.add_argument(
+        "hf_dir", metavar="DIR", help="BertForPreTraining or BertModel weights with their tokenizer"
+    )
+    p.add_argument("out", metavar="OUT")
+    p.add_argument("--seed", type=int, default=0, help="seed for any head initialised freshly")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT if it is not empty")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=_cmd_import_hf)
+
+
+def _cmd_import_hf(args) -> int:
+    from nanobert.hf_export import import_hf
+
+    result = import_hf(args.hf_dir, args.out, overwrite=args.overwrite, seed=args.seed)
+    if args.json:
+        _print_json(
+            {
+                "out": str(result.out),
+                "fresh_heads": result.fresh_heads,
+                "fresh_parameters": result.fresh_parameters,
+                "vocab_remapped": result.vocab_remapped,
+            }
+        )
+        return 0
+    print(f"wrote {result.out}")
+    if result.fresh_heads:
+        print(
+            f"initialised freshly (absent from {args.hf_dir}): {', '.join(result.fresh_heads)}; "
+            "their outputs mean nothing until trained"
+        )
+    else:
+        print("every weight came from the source; nothing was initialised freshly")
+    if result.vocab_remapped:
+        print(
+            "vocabulary renumbered so that [PAD] [UNK] [CLS] [SEP] [MASK] are ids 0..4 "
+            "(the model computes the same as before)"
+        )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="nanobert", description="Pretrain, inspect, fine-tune and export a from-scratch BERT."
@@ -206,6 +563,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_pretrain(sub)
     _add_evaluate(sub)
     _add_presets(sub)
+    _add_finetune(sub)
+    _add_predict(sub)
+    _add_fill_mask(sub)
+    _add_nsp(sub)
+    _add_similarity(sub)
+    _add_embed(sub)
+    _add_attention(sub)
+    _add_explain(sub)
+    _add_export_hf(sub)
+    _add_import_hf(sub)
     return parser
 
 

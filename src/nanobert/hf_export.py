@@ -5,9 +5,19 @@ names. Two entries are not a pure rename: our fused `qkv` projection is split in
 value (and concatenated back on import), and the tied MLM decoder is written out under both of transformers'
 names (`cls.predictions.decoder.weight` = the word embeddings, `cls.predictions.decoder.bias` = the bias).
 Pre-LN models have no transformers BERT equivalent (it is post-LN only) and are refused.
+
+`export_hf` and `import_hf` apply the map to whole directories: a nanobert checkpoint becomes a directory that
+`BertForPreTraining.from_pretrained` and `BertTokenizerFast.from_pretrained` load (the tied decoder stored
+once, as transformers saves it), and a transformers BERT directory becomes a nanobert checkpoint, with any
+absent head initialised freshly and the vocabulary renumbered when its special tokens are not at ids 0..4.
 """
 
 from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -122,8 +132,8 @@ def from_hf_state_dict(
 ) -> tuple[dict[str, torch.Tensor], list[str]]:
     """The reverse map. Accepts BertForPreTraining or BertModel weights (with or without the `bert.` prefix).
 
-    Returns our state dict and the list of our keys that were absent (heads a BertModel does not have); the
-    caller keeps those freshly initialised and tells the user.
+    Returns our state dict and the list of our keys that were absent (heads a BertModel does not have, the
+    pooler a BertForMaskedLM does not have); the caller keeps those freshly initialised and tells the user.
     """
     if not any(k.startswith("bert.") for k in hf_state):  # a bare BertModel checkpoint
         hf_state = {"bert." + k: v for k, v in hf_state.items()}
@@ -150,10 +160,253 @@ def from_hf_state_dict(
     if "mlm_head.bias" in missing and "cls.predictions.decoder.bias" in hf_state:
         out["mlm_head.bias"] = hf_state["cls.predictions.decoder.bias"]
         missing.remove("mlm_head.bias")
-    encoder_missing = [k for k in missing if not k.startswith(("mlm_head.", "nsp_head."))]
+    # The heads, and the pooler (absent from BertForMaskedLM), can start fresh; the encoder cannot.
+    encoder_missing = [k for k in missing if not k.startswith(("mlm_head.", "nsp_head.", "bert.pooler."))]
     if encoder_missing:
         raise NanobertError(f"transformers checkpoint lacks encoder weights: {', '.join(encoder_missing)}")
     return out, missing
 
 
-__all__ = ["from_hf_config", "from_hf_state_dict", "to_hf_config", "to_hf_state_dict"]
+# --- whole directories: export to, and import from, a transformers model directory ------------------------
+
+# transformers writes a tied tensor once: the decoder is the word embeddings and its bias is
+# `cls.predictions.bias`, so a directory holding these keys too would report them as unexpected.
+_TIED_DUPLICATES = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
+HF_CONFIG_NAME = "config.json"
+HF_WEIGHTS_NAME = "model.safetensors"
+_HEAD_NAMES = {"mlm_head.": "masked-LM head", "nsp_head.": "next-sentence head", "bert.pooler.": "pooler"}
+
+
+def _check_out_dir(out: Path, overwrite: bool, sources: tuple[Path, ...]) -> None:
+    """Refuse to write over the input, or over a non-empty directory unless asked to."""
+    if any(out.resolve() == s.resolve() for s in sources):
+        raise NanobertError(f"output {out} is the input directory; choose another output directory")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
+        raise NanobertError(
+            f"{out} already exists and is not empty; choose a new directory or pass --overwrite"
+        )
+
+
+def export_hf(checkpoint: str | Path, out: str | Path, overwrite: bool = False) -> Path:
+    """Write a nanobert pretraining checkpoint as a transformers BERT directory.
+
+    `out` gets config.json (a BertConfig for BertForPreTraining), model.safetensors (transformers' names,
+    tied weights once, as transformers itself saves them) and the tokenizer files, so that
+    `BertForPreTraining.from_pretrained(out)` and `BertTokenizerFast.from_pretrained(out)` load it with no
+    missing or unexpected keys. Pre-LN models are refused (transformers' BERT is post-LN only).
+    """
+    from safetensors.torch import save_file
+
+    from nanobert.checkpoint import load_pretraining_checkpoint, write_atomically
+    from nanobert.tokenizer import load_tokenizer, save_tokenizer
+
+    checkpoint, out = Path(checkpoint), Path(out)
+    model, _ = load_pretraining_checkpoint(checkpoint)
+    tokenizer = load_tokenizer(checkpoint)
+    hf_config = to_hf_config(model.config)
+    state = to_hf_state_dict(model.state_dict(), model.config)
+    for key in _TIED_DUPLICATES:
+        del state[key]
+    state = {k: v.detach().clone().cpu() for k, v in state.items()}  # no two keys may share memory
+    _check_out_dir(out, overwrite, (checkpoint,))
+
+    def write(tmp: Path) -> None:
+        (tmp / HF_CONFIG_NAME).write_text(json.dumps(hf_config, indent=2) + "\n")
+        save_file(state, str(tmp / HF_WEIGHTS_NAME), metadata={"format": "pt"})
+        save_tokenizer(tokenizer, tmp)
+
+    return write_atomically(out, write)
+
+
+@dataclass
+class ImportResult:
+    out: Path
+    fresh_parameters: list[str]  # nanobert parameter names initialised freshly (absent from the source)
+    fresh_heads: list[str]  # the same, as parts: "masked-LM head", "next-sentence head", "pooler"
+    vocab_remapped: bool  # True when the special tokens were moved to ids 0..4 (see import_hf)
+
+
+def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
+    """A transformers directory's weights: model.safetensors (single or sharded), else pytorch_model.bin."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    index = directory / (HF_WEIGHTS_NAME + ".index.json")
+    try:
+        if (directory / HF_WEIGHTS_NAME).is_file():
+            state = load_file(str(directory / HF_WEIGHTS_NAME))
+        elif index.is_file():
+            state = {}
+            for shard in sorted(set(json.loads(index.read_text())["weight_map"].values())):
+                state.update(load_file(str(directory / shard)))
+        elif (directory / "pytorch_model.bin").is_file():
+            # weights_only: tensors only, nothing unpickled that could run code
+            state = torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        else:
+            raise NanobertError(
+                f"{directory} has no {HF_WEIGHTS_NAME} or pytorch_model.bin; "
+                "point at a transformers model directory"
+            )
+    except (SafetensorError, OSError, ValueError, RuntimeError, KeyError, json.JSONDecodeError) as e:
+        raise NanobertError(f"cannot read the weights in {directory} ({str(e).splitlines()[0]})") from None
+    # Old TensorFlow conversions name LayerNorm parameters gamma/beta; transformers renames them on load too.
+    renamed = {}
+    for k, v in state.items():
+        k = k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+        renamed[k] = v.float() if v.is_floating_point() else v
+    return renamed
+
+
+def _read_hf_tokenizer(directory: Path) -> Any:
+    """The WordPiece tokenizer of a transformers directory: tokenizer.json, else built from vocab.txt."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    from nanobert.tokenizer import SPECIAL_TOKENS
+
+    if (directory / "tokenizer.json").is_file():
+        try:
+            tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+        except Exception as e:  # the Rust side raises a bare Exception for any parse error
+            raise NanobertError(f"cannot read {directory / 'tokenizer.json'} ({e})") from None
+        if json.loads(tokenizer.to_str())["model"]["type"] != "WordPiece":
+            raise NanobertError(f"{directory}: only WordPiece (BERT) tokenizers can be imported")
+    elif (directory / "vocab.txt").is_file():
+        vocab = (directory / "vocab.txt").read_text(encoding="utf-8").splitlines()
+        settings = {}
+        if (directory / "tokenizer_config.json").is_file():
+            settings = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
+        lowercase = settings.get("do_lower_case", True)
+        tokenizer = Tokenizer(
+            models.WordPiece(
+                vocab={t: i for i, t in enumerate(vocab)},
+                unk_token="[UNK]",
+                continuing_subword_prefix="##",
+                max_input_chars_per_word=100,
+            )
+        )
+        tokenizer.normalizer = normalizers.BertNormalizer(
+            lowercase=lowercase,
+            clean_text=True,
+            handle_chinese_chars=settings.get("tokenize_chinese_chars", True),
+            strip_accents=settings.get("strip_accents"),
+        )
+        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tokenizer.decoder = decoders.WordPiece(prefix="##")
+        tokenizer.add_special_tokens([t for t in SPECIAL_TOKENS if t in set(vocab)])
+    else:
+        raise NanobertError(
+            f"{directory} has no tokenizer.json or vocab.txt; it needs its tokenizer to import"
+        )
+    tokenizer.no_padding()  # nanobert pads in its own collators; a saved padding setting would interfere
+    tokenizer.no_truncation()
+    return tokenizer
+
+
+def _specials_first(tokenizer: Any, vocab_size: int) -> tuple[Any, list[int] | None]:
+    """Move [PAD] [UNK] [CLS] [SEP] [MASK] to ids 0..4, keeping every other token in its original order.
+
+    Returns the renumbered tokenizer (with nanobert's `[CLS] A [SEP] B [SEP]` template) and `order`, where new
+    id i is old id order[i], or None when the specials were already at 0..4. nanobert's data code and model
+    config rely on those five ids, and Google's BERT vocabularies put them elsewhere ([UNK] = 100, [CLS] =
+    101, ...); renumbering the vocabulary, and permuting the embedding rows the same way, keeps the model
+    exactly as it was while meeting nanobert's convention.
+    """
+    from tokenizers import Tokenizer, processors
+
+    from nanobert.tokenizer import CLS_ID, SEP_ID, SPECIAL_TOKENS
+
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    absent = [t for t in SPECIAL_TOKENS if t not in vocab]
+    if absent:
+        raise NanobertError(
+            f"the tokenizer lacks {', '.join(absent)}; nanobert needs all of {SPECIAL_TOKENS}"
+        )
+    if max(vocab.values()) >= vocab_size:
+        raise NanobertError(
+            f"the tokenizer has ids up to {max(vocab.values())} but the model's vocab_size is {vocab_size}"
+        )
+    old_special = [vocab[t] for t in SPECIAL_TOKENS]
+    order = None
+    if old_special != list(range(len(SPECIAL_TOKENS))):
+        taken = set(old_special)
+        order = old_special + [i for i in range(vocab_size) if i not in taken]
+        new_id = {old: new for new, old in enumerate(order)}
+        data = json.loads(tokenizer.to_str())
+        data["model"]["vocab"] = {tok: new_id[i] for tok, i in data["model"]["vocab"].items()}
+        for added in data.get("added_tokens") or []:
+            added["id"] = new_id[added["id"]]
+        data["post_processor"] = None  # replaced below; its ids would be stale
+        tokenizer = Tokenizer.from_str(json.dumps(data))
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", CLS_ID), ("[SEP]", SEP_ID)],
+    )
+    for expected, token in enumerate(SPECIAL_TOKENS):
+        assert tokenizer.token_to_id(token) == expected, (token, tokenizer.token_to_id(token))
+    return tokenizer, order
+
+
+def import_hf(hf_dir: str | Path, out: str | Path, overwrite: bool = False, seed: int = 0) -> ImportResult:
+    """Convert a transformers BERT directory (BertForPreTraining or BertModel weights) to a checkpoint.
+
+    Heads that the source lacks (a BertModel has neither the masked-LM nor the next-sentence head) are
+    initialised freshly with BERT's initialisation, seeded by `seed`; the result lists them. When the source
+    vocabulary does not put the special tokens at ids 0..4 (Google's releases do not), the vocabulary is
+    renumbered with the specials first and the other tokens in their original order, and the word-embedding
+    rows and the MLM bias are permuted to match, so the model computes exactly what it did before.
+    """
+    from nanobert.checkpoint import save_checkpoint
+    from nanobert.model import BertForPreTraining
+    from nanobert.tokenizer import PAD_ID
+
+    hf_dir, out = Path(hf_dir), Path(out)
+    if not (hf_dir / HF_CONFIG_NAME).is_file():
+        raise NanobertError(f"{hf_dir} is not a transformers model directory (it has no {HF_CONFIG_NAME})")
+    try:
+        hf_config = json.loads((hf_dir / HF_CONFIG_NAME).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise NanobertError(f"{hf_dir / HF_CONFIG_NAME} is not valid JSON") from None
+    if hf_config.get("model_type", "bert") != "bert":
+        raise NanobertError(f"{hf_dir} holds a {hf_config['model_type']!r} model; only BERT can be imported")
+    config = from_hf_config(hf_config)
+    config.pad_token_id = PAD_ID  # [PAD] is id 0 once the vocabulary is in nanobert's order
+    _check_out_dir(out, overwrite, (hf_dir,))
+    hf_state = _read_hf_weights(hf_dir)
+    tokenizer, order = _specials_first(_read_hf_tokenizer(hf_dir), config.vocab_size)
+    state, missing = from_hf_state_dict(hf_state, config)
+    if order is not None:
+        index = torch.tensor(order)
+        for key in ("bert.embeddings.word_embeddings.weight", "mlm_head.bias"):
+            if key in state:
+                state[key] = state[key].index_select(0, index)
+    torch.manual_seed(seed)
+    model = BertForPreTraining(config)
+    try:
+        result = model.load_state_dict(state, strict=False)
+    except RuntimeError as e:
+        raise NanobertError(
+            f"{hf_dir}: weights do not match its config.json ({str(e).splitlines()[0]})"
+        ) from None
+    fresh = sorted(result.missing_keys)
+    assert not result.unexpected_keys and set(fresh) == set(missing), (result, missing)
+    heads = [name for prefix, name in _HEAD_NAMES.items() if any(k.startswith(prefix) for k in fresh)]
+    save_checkpoint(
+        out,
+        model,
+        None,
+        tokenizer,
+        extra={"imported_from": str(hf_dir), "fresh_parameters": fresh, "vocab_remapped": order is not None},
+    )
+    return ImportResult(out=out, fresh_parameters=fresh, fresh_heads=heads, vocab_remapped=order is not None)
+
+
+__all__ = [
+    "ImportResult",
+    "export_hf",
+    "from_hf_config",
+    "from_hf_state_dict",
+    "import_hf",
+    "to_hf_config",
+    "to_hf_state_dict",
+]

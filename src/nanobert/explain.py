@@ -1,0 +1,308 @@
+"""A step-by-step trace of one forward pass, for learners: what BERT does to a sentence pair.
+
+`explain(model, a, b)` runs the checkpoint's own modules one at a time, in the order of Devlin et al. 2019
+figure 2 and `model.py`, and records what happens: the word pieces with their ids and segments; the token,
+position and segment embeddings and their LayerNorm'd sum; for each encoder layer the shapes of q, k, v and
+the attention matrix, how [CLS] spreads its attention over the tokens in each head, and how large the
+residual stream and the two sublayers' updates are; the [CLS] vector, the next-sentence probabilities, and
+the top predictions at any [MASK]. Every tensor carries its shape; values are rounded and long vectors are
+cut to their first few numbers. `format_trace` renders the trace as text; nothing here prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from nanobert.inference import InferenceModel
+from nanobert.tokenizer import MASK_ID, NUM_SPECIAL_TOKENS
+
+DIGITS = 3  # values are rounded to this many decimals for reading
+
+
+@dataclass
+class TensorView:
+    """A tensor as shown to a reader: its shape and a rounded preview (first `preview` numbers per row)."""
+
+    name: str
+    shape: list[int]
+    preview: list  # nested lists of floats; the last dimension cut to its first few numbers
+    note: str = ""
+
+
+@dataclass
+class LayerTrace:
+    index: int
+    input: TensorView  # (1, T, H)
+    q_k_v_shape: list[int]  # (1, nh, T, hd) each
+    attention_shape: list[int]  # (1, nh, T, T)
+    cls_attention: list[list[float]]  # (nh, T): how much [CLS] attends to each token, per head
+    attention_output: TensorView  # (1, T, H): the attention sublayer's update
+    feed_forward_hidden_shape: list[int]  # (1, T, intermediate)
+    feed_forward_output: TensorView  # (1, T, H): the feed-forward sublayer's update
+    output: TensorView  # (1, T, H)
+    # Mean L2 norm per token of the residual stream and of what each sublayer adds to it.
+    residual_norms: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class MaskedTrace:
+    position: int
+    top: list[tuple[str, float]]  # (word piece, probability), most probable first
+
+
+@dataclass
+class Trace:
+    model: dict  # the shape of the model: layers, hidden size, heads, head size, vocabulary, LN placement
+    tokens: list[str]
+    input_ids: list[int]
+    token_type_ids: list[int]
+    embeddings: list[TensorView]  # token, position, segment, sum, after LayerNorm
+    layers: list[LayerTrace]
+    final_layer_norm: TensorView | None  # pre-LN models only
+    cls_vector: TensorView  # (H,): the last layer's [CLS] hidden state
+    pooled: TensorView  # (H,): tanh(dense([CLS])), the input of the NSP head
+    next_sentence: dict[str, float]  # {"IsNext": p, "NotNext": 1 - p}
+    masked: list[MaskedTrace]
+
+
+def _view(name: str, t: torch.Tensor, preview: int, note: str = "") -> TensorView:
+    """Round a (1, ...) tensor for reading: its one batch row, with only the first `preview` numbers of the
+    last dimension (every token is kept). The shape shown is the full one, batch dimension included."""
+    cut = t.detach().float().cpu()[0, ..., :preview]
+    return TensorView(name, list(t.shape), _round(cut.tolist()), note)
+
+
+def _round(x):
+    return [_round(v) for v in x] if isinstance(x, list) else round(float(x), DIGITS)
+
+
+def _mean_norm(t: torch.Tensor) -> float:
+    """Mean over tokens of each token vector's L2 norm: how large the stream is at that point."""
+    return round(t.float().norm(dim=-1).mean().item(), DIGITS)
+
+
+@torch.no_grad()
+def explain(
+    model: InferenceModel, text_a: str, text_b: str | None = None, top_k: int = 5, preview: int = 6
+) -> Trace:
+    """Trace one forward pass of `model` on `text_a` (and `text_b`), module by module. See the module doc.
+
+    The trace is computed from the checkpoint's own modules, so its final hidden states are the model's.
+    """
+    bert = model.model.bert
+    cfg = model.model.config
+    enc = model.encode(text_a, text_b)
+    batch = model.pad_batch([enc])
+    ids, tt = batch["input_ids"], batch["token_type_ids"]  # (1, T)
+    T = ids.size(1)
+
+    # 1. embeddings: three lookups, added, then LayerNorm (dropout is off in eval mode)
+    emb = bert.embeddings
+    tok = emb.word_embeddings(ids)  # (1, T, H)
+    pos = emb.position_embeddings(torch.arange(T, device=ids.device))[None]  # (1, T, H)
+    seg = emb.token_type_embeddings(tt)  # (1, T, H)
+    total = tok + pos + seg
+    x = emb.layer_norm(total)
+    embeddings = [
+        _view("token embeddings", tok, preview, "one learned vector per word piece"),
+        _view("position embeddings", pos, preview, "one learned vector per position 0..T-1"),
+        _view("segment embeddings", seg, preview, "sentence A or sentence B"),
+        _view("sum", total, preview, "token + position + segment"),
+        _view(
+            "after LayerNorm",
+            x,
+            preview,
+            "each vector to mean 0, variance 1, then scaled: layer 0's input",
+        ),
+    ]
+
+    # 2. the encoder layers, each sublayer by hand so the updates can be measured
+    layers = []
+    for i, layer in enumerate(bert.layers):
+        x_in = x
+        attn_in = layer.attention_layer_norm(x) if cfg.pre_layer_norm else x
+        qkv = layer.attention.qkv(attn_in)  # (1, T, 3H)
+        q = (
+            qkv[..., : cfg.hidden_size].view(1, T, cfg.num_attention_heads, -1).transpose(1, 2)
+        )  # (1, nh, T, hd)
+        a, probs = layer.attention(attn_in, None, output_attentions=True)  # (1, T, H), (1, nh, T, T)
+        if cfg.pre_layer_norm:
+            x = x + a
+            ff_in = layer.output_layer_norm(x)
+        else:
+            x = ff_in = layer.attention_layer_norm(x + a)
+        after_attention = x
+        ff_hidden = layer.feed_forward.intermediate(ff_in)  # (1, T, intermediate)
+        f = layer.feed_forward(ff_in)
+        x = x + f if cfg.pre_layer_norm else layer.output_layer_norm(x + f)
+        layers.append(
+            LayerTrace(
+                index=i,
+                input=_view("input", x_in, preview),
+                q_k_v_shape=list(q.shape),
+                attention_shape=list(probs.shape),
+                cls_attention=_round(probs[0, :, 0, :].tolist()),
+                attention_output=_view("attention output", a, preview),
+                feed_forward_hidden_shape=list(ff_hidden.shape),
+                feed_forward_output=_view("feed-forward output", f, preview),
+                output=_view("output", x, preview),
+                residual_norms={
+                    "input": _mean_norm(x_in),
+                    "attention update": _mean_norm(a),
+                    "after attention": _mean_norm(after_attention),
+                    "feed-forward update": _mean_norm(f),
+                    "output": _mean_norm(x),
+                },
+            )
+        )
+    final_ln = None
+    if bert.final_layer_norm is not None:
+        x = bert.final_layer_norm(x)
+        final_ln = _view("final LayerNorm", x, preview, "pre-LN models normalise the stream once at the end")
+
+    # 3. the heads: [CLS] -> pooler -> NSP; every position -> MLM head (only [MASK] positions are shown)
+    pooled = torch.tanh(bert.pooler(x[:, 0]))  # (1, H)
+    nsp = model.model.nsp_head(pooled)[0].float().softmax(-1).tolist()
+    masked = []
+    positions = [p for p, t in enumerate(enc["input_ids"]) if t == MASK_ID]
+    if positions:
+        logits = model.model.mlm_head(x[0, positions], bert.embeddings.word_embeddings.weight)  # (M, V)
+        probs = logits.float().softmax(-1)
+        ranked = probs.clone()
+        ranked[:, :NUM_SPECIAL_TOKENS] = -1.0  # special tokens are never offered as answers
+        top = ranked.topk(min(top_k, probs.size(-1) - NUM_SPECIAL_TOKENS), dim=-1).indices
+        for m, p in enumerate(positions):
+            masked.append(
+                MaskedTrace(
+                    p,
+                    [
+                        (model.tokenizer.id_to_token(j), round(probs[m, j].item(), DIGITS))
+                        for j in top[m].tolist()
+                    ],
+                )
+            )
+    return Trace(
+        model={
+            "layers": cfg.num_hidden_layers,
+            "hidden_size": cfg.hidden_size,
+            "heads": cfg.num_attention_heads,
+            "head_size": cfg.hidden_size // cfg.num_attention_heads,
+            "intermediate_size": cfg.intermediate_size,
+            "vocab_size": cfg.vocab_size,
+            "layer_norm": "pre-LN" if cfg.pre_layer_norm else "post-LN",
+        },
+        tokens=model.tokens(enc["input_ids"]),
+        input_ids=enc["input_ids"],
+        token_type_ids=enc["token_type_ids"],
+        embeddings=embeddings,
+        layers=layers,
+        final_layer_norm=final_ln,
+        cls_vector=_view("[CLS] vector", x[:, 0], preview),
+        pooled=_view("pooled [CLS]", pooled, preview, "tanh(dense([CLS])): what the NSP head reads"),
+        next_sentence={"IsNext": round(nsp[0], DIGITS + 2), "NotNext": round(nsp[1], DIGITS + 2)},
+        masked=masked,
+    )
+
+
+# --- text rendering --------------------------------------------------------------------------------------
+
+
+def _shape(shape: list[int]) -> str:
+    return str(tuple(shape))  # (32,) for one dimension, as Python writes it
+
+
+def _numbers(values: list[float], full: int) -> str:
+    cells = " ".join(f"{v:+.{DIGITS}f}" for v in values)
+    return f"[{cells}{' ...' if len(values) < full else ''}]"
+
+
+def _tensor_lines(view: TensorView, tokens: list[str], indent: str = "   ") -> list[str]:
+    note = f"  {view.note}" if view.note else ""
+    lines = [f"{indent}{view.name:<22s}{_shape(view.shape):<12s}{note}".rstrip()]
+    width = max(len(t) for t in tokens)
+    rows = view.preview if len(view.shape) == 3 else [view.preview]  # (1, T, H) or (1, H)
+    names = tokens if len(view.shape) == 3 else [""]
+    for token, row in zip(names, rows, strict=True):
+        lines.append(f"{indent}  {token:<{width}s} {_numbers(row, view.shape[-1])}")
+    return lines
+
+
+def _cls_attention_lines(rows: list[list[float]], tokens: list[str], max_columns: int = 16) -> list[str]:
+    """Each head's [CLS] row: a table over the tokens when they fit, else the five most attended tokens."""
+    if len(tokens) <= max_columns:
+        lines = [
+            "     [CLS] attends to (one row of each head's attention matrix):",
+            "       " + " " * 8 + " ".join(f"{t[:7]:>7s}" for t in tokens),
+        ]
+        return lines + [
+            f"       head {h:<3d}" + " ".join(f"{v:7.3f}" for v in row) for h, row in enumerate(rows)
+        ]
+    lines = ["     [CLS] attends most to (per head, the five largest weights of its row):"]
+    for h, row in enumerate(rows):
+        top = sorted(range(len(row)), key=lambda j: -row[j])[:5]
+        lines.append(f"       head {h:<3d}" + ", ".join(f"{tokens[j]}@{j} {row[j]:.3f}" for j in top))
+    return lines
+
+
+def format_trace(trace: Trace) -> str:
+    """The trace as numbered sections of plain text, for a terminal or a notebook."""
+    m = trace.model
+    tokens = trace.tokens
+    out = [
+        f"model: {m['layers']} layers, hidden size {m['hidden_size']}, {m['heads']} heads of size "
+        f"{m['head_size']}, feed-forward {m['intermediate_size']}, vocabulary {m['vocab_size']}, "
+        f"{m['layer_norm']}",
+        "",
+        f"1. Tokens: {len(tokens)} word pieces, "
+        + ("[CLS] A [SEP] B [SEP]" if 1 in trace.token_type_ids else "[CLS] A [SEP]"),
+        "   pos  token            id  segment",
+    ]
+    for p, (tok, i, s) in enumerate(zip(tokens, trace.input_ids, trace.token_type_ids, strict=True)):
+        out.append(f"   {p:>3d}  {tok:<15s} {i:>3d}  {'AB'[s] if s < 2 else s}")
+    out += ["", f"2. Embeddings: one vector of {m['hidden_size']} numbers per token (first few shown)"]
+    for view in trace.embeddings:
+        out += _tensor_lines(view, tokens)
+    out += [
+        "",
+        f"3. Encoder layers 0..{m['layers'] - 1}: attention, then feed-forward, each added to the stream",
+    ]
+    for layer in trace.layers:
+        hd = layer.q_k_v_shape[-1]
+        out += [
+            f"   layer {layer.index}",
+            f"     input                  {_shape(layer.input.shape)}",
+            f"     q, k, v (per head)     {_shape(layer.q_k_v_shape)}  (batch, heads, tokens, head size)",
+            f"     attention weights      {_shape(layer.attention_shape)}  softmax(q k^T / sqrt({hd})), "
+            "rows sum to 1",
+            f"     attention output       {_shape(layer.attention_output.shape)}",
+            f"     feed-forward hidden    {_shape(layer.feed_forward_hidden_shape)}  GELU",
+            f"     feed-forward output    {_shape(layer.feed_forward_output.shape)}",
+            f"     output                 {_shape(layer.output.shape)}",
+        ]
+        out += _cls_attention_lines(layer.cls_attention, tokens)
+        norms = layer.residual_norms
+        out.append(
+            "     residual stream, mean |x| per token: "
+            f"in {norms['input']:.2f}, attention adds {norms['attention update']:.2f} -> "
+            f"{norms['after attention']:.2f}, feed-forward adds {norms['feed-forward update']:.2f} -> "
+            f"out {norms['output']:.2f}"
+        )
+    if trace.final_layer_norm is not None:
+        out += _tensor_lines(trace.final_layer_norm, tokens)
+    out += ["", "4. The [CLS] vector, which sums up the pair for the next-sentence head"]
+    out += _tensor_lines(trace.cls_vector, tokens)
+    out += _tensor_lines(trace.pooled, tokens)
+    ns = trace.next_sentence
+    out += ["", f"5. Next sentence: IsNext {ns['IsNext']:.1%}  NotNext {ns['NotNext']:.1%}"]
+    out += ["", "6. Masked positions"]
+    if not trace.masked:
+        out.append("   none (write [MASK] in a text to see the masked-LM head's guesses)")
+    for mk in trace.masked:
+        guesses = ", ".join(f"{tok} {p:.1%}" for tok, p in mk.top)
+        out.append(f"   position {mk.position}: {guesses}")
+    return "\n".join(out)
+
+
+__all__ = ["LayerTrace", "MaskedTrace", "TensorView", "Trace", "explain", "format_trace"]

@@ -1,0 +1,177 @@
+"""Export to and import from transformers directories: clean loads, logit parity, lossless round trips."""
+
+import json
+import shutil
+
+import pytest
+import torch
+from helpers import TINY_SET, write_corpus
+from safetensors.torch import load_file, save_file
+
+from nanobert.checkpoint import load_pretraining_checkpoint, save_checkpoint
+from nanobert.cli import main
+from nanobert.config import ModelConfig
+from nanobert.errors import NanobertError
+from nanobert.hf_export import export_hf, import_hf
+from nanobert.model import BertForPreTraining
+from nanobert.tokenizer import SPECIAL_TOKENS, encode_pair, load_tokenizer
+
+transformers = pytest.importorskip("transformers")
+
+PAIRS = [("alpha bravo charlie .", "delta echo ."), ("Zulu, Yankee!", "xray"), ("silver river", None)]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A tiny post-LN (BERT's layout, the only one transformers has) model trained for a few steps."""
+    root = tmp_path_factory.mktemp("pretrained")
+    corpus = write_corpus(root / "corpus.txt")
+    argv = ["pretrain", "--train", str(corpus), "--out", str(root / "run"), "--max-steps", "3"]
+    assert main([*argv, "--device", "cpu", "--quiet", "--set", *TINY_SET]) == 0
+    return root / "run" / "best"
+
+
+@pytest.fixture(scope="module")
+def exported(checkpoint, tmp_path_factory):
+    return export_hf(checkpoint, tmp_path_factory.mktemp("hf") / "model")
+
+
+def batch_of(tokenizer, pairs):
+    """Our own encoding of `pairs`, right-padded: (ids, token types, mask) as (B, T) tensors."""
+    encs = [encode_pair(tokenizer, a, b) for a, b in pairs]
+    T = max(len(e["input_ids"]) for e in encs)
+    return [torch.tensor([e[k] + [0] * (T - len(e[k])) for e in encs]) for k in encs[0]]
+
+
+def test_transformers_loads_it_cleanly_with_the_same_logits(checkpoint, exported):
+    hf, info = transformers.BertForPreTraining.from_pretrained(exported, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    hf_tok = transformers.BertTokenizerFast.from_pretrained(exported)
+    ours, _ = load_pretraining_checkpoint(checkpoint)
+    tokenizer = load_tokenizer(checkpoint)
+    ids, types, mask = batch_of(tokenizer, PAIRS)
+    theirs = hf_tok([a for a, _ in PAIRS[:2]], [b for _, b in PAIRS[:2]])
+    assert theirs["input_ids"] == [encode_pair(tokenizer, a, b)["input_ids"] for a, b in PAIRS[:2]]
+    hf.eval()
+    with torch.no_grad():
+        a = ours(ids, types, mask)
+        b = hf(input_ids=ids, token_type_ids=types, attention_mask=mask)
+    real = mask.bool()
+    assert (a.prediction_logits - b.prediction_logits)[real].abs().max() < 1e-4
+    assert (a.seq_relationship_logits - b.seq_relationship_logits).abs().max() < 1e-4
+
+
+def test_export_import_export_is_lossless(checkpoint, exported, tmp_path):
+    result = import_hf(exported, tmp_path / "imported")
+    assert result.fresh_heads == [] and result.fresh_parameters == [] and not result.vocab_remapped
+    original = load_file(str(checkpoint / "model.safetensors"))
+    imported = load_file(str(tmp_path / "imported" / "model.safetensors"))
+    assert set(original) == set(imported) and all(torch.equal(original[k], imported[k]) for k in original)
+    again = export_hf(tmp_path / "imported", tmp_path / "again")
+    first, second = (
+        load_file(str(exported / "model.safetensors")),
+        load_file(str(again / "model.safetensors")),
+    )
+    assert set(first) == set(second) and all(torch.equal(first[k], second[k]) for k in first)
+    assert json.loads((again / "config.json").read_text()) == json.loads(
+        (exported / "config.json").read_text()
+    )
+    assert (again / "tokenizer.json").read_text() == (exported / "tokenizer.json").read_text()
+
+
+def test_bert_model_weights_get_fresh_heads(checkpoint, exported, tmp_path, capsys):
+    source = tmp_path / "bert-model"
+    transformers.BertModel.from_pretrained(exported).save_pretrained(source)
+    for name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(exported / name, source / name)
+    assert main(["import-hf", str(source), str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "initialised freshly" in out and "masked-LM head" in out and "next-sentence head" in out
+    imported, config = load_pretraining_checkpoint(tmp_path / "out")
+    original, _ = load_pretraining_checkpoint(checkpoint)
+    assert sorted({k.split(".")[0] for k in config["fresh_parameters"]}) == ["mlm_head", "nsp_head"]
+    for name, p in original.bert.state_dict().items():
+        assert torch.equal(p, imported.bert.state_dict()[name]), name
+
+
+@pytest.mark.parametrize("tokenizer_file", ["vocab.txt", "tokenizer.json"])
+def test_google_style_vocabulary_is_renumbered(checkpoint, exported, tmp_path, tokenizer_file):
+    """Google's vocab.txt puts [UNK] [CLS] [SEP] [MASK] at 100..103; import moves them to 1..4."""
+    vocab = (exported / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert vocab[:5] == list(SPECIAL_TOKENS)
+    V = json.loads((exported / "config.json").read_text())["vocab_size"]
+    # [PAD], seven ordinary tokens, then [UNK] [CLS] [SEP] [MASK], then the rest: row j holds our row perm[j]
+    perm = [0, *range(5, 12), 1, 2, 3, 4, *range(12, V)]
+    source = tmp_path / "google-style"
+    source.mkdir()
+    (source / "vocab.txt").write_text(
+        "\n".join(vocab[i] for i in perm[: len(vocab)]) + "\n", encoding="utf-8"
+    )
+    (source / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
+    shutil.copy(exported / "config.json", source / "config.json")
+    state = load_file(str(exported / "model.safetensors"))
+    for key in ("bert.embeddings.word_embeddings.weight", "cls.predictions.bias"):
+        state[key] = state[key][torch.tensor(perm)].contiguous()
+    save_file(state, str(source / "model.safetensors"), metadata={"format": "pt"})
+    # The directory is a faithful Google-style copy: transformers computes our logits from it.
+    hf = transformers.BertForPreTraining.from_pretrained(source).eval()
+    hf_tok = transformers.BertTokenizerFast.from_pretrained(source)
+    assert (hf_tok.unk_token_id, hf_tok.cls_token_id, hf_tok.mask_token_id) == (8, 9, 11)
+    if tokenizer_file == "tokenizer.json":  # as transformers writes it: the full pipeline, ids 8..11 inside
+        hf_tok.save_pretrained(source)
+    ours, _ = load_pretraining_checkpoint(checkpoint)
+    ids, types, mask = batch_of(load_tokenizer(checkpoint), PAIRS[:1])
+    with torch.no_grad():
+        nsp = ours(ids, types, mask).seq_relationship_logits
+        enc = hf_tok(PAIRS[0][0], PAIRS[0][1], return_tensors="pt")
+        assert (hf(**enc).seq_relationship_logits - nsp).abs().max() < 1e-4
+
+    result = import_hf(source, tmp_path / "imported")
+    assert result.vocab_remapped and result.fresh_heads == []
+    original = load_file(str(checkpoint / "model.safetensors"))
+    imported = load_file(str(tmp_path / "imported" / "model.safetensors"))
+    assert all(torch.equal(original[k], imported[k]) for k in original)  # back in our order exactly
+    tok = load_tokenizer(tmp_path / "imported")
+    for a, b in PAIRS:
+        assert encode_pair(tok, a, b) == encode_pair(load_tokenizer(checkpoint), a, b)
+
+
+def test_pre_ln_models_are_refused(checkpoint, tmp_path):
+    config = ModelConfig(
+        **{**load_pretraining_checkpoint(checkpoint)[0].config.__dict__, "pre_layer_norm": True}
+    )
+    save_checkpoint(tmp_path / "preln", BertForPreTraining(config), None, load_tokenizer(checkpoint))
+    with pytest.raises(NanobertError, match="pre-LN"):
+        export_hf(tmp_path / "preln", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["export-hf", "{tmp}/missing", "{tmp}/out"], "does not exist"),
+        (["export-hf", "{ckpt}", "{tmp}/full"], "--overwrite"),
+        (["export-hf", "{ckpt}", "{ckpt}"], "is the input"),
+        (["import-hf", "{tmp}/empty", "{tmp}/out"], "no config.json"),
+        (["import-hf", "{tmp}/roberta", "{tmp}/out"], "only BERT"),
+        (["import-hf", "{tmp}/no-weights", "{tmp}/out"], "no model.safetensors"),
+    ],
+)
+def test_bad_directories_are_one_line_errors(checkpoint, tmp_path, capsys, argv, needle):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "precious.txt").write_text("keep me")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "roberta").mkdir()
+    (tmp_path / "roberta" / "config.json").write_text(json.dumps({"model_type": "roberta"}))
+    (tmp_path / "no-weights").mkdir()
+    (tmp_path / "no-weights" / "config.json").write_text(json.dumps({"model_type": "bert", "vocab_size": 50}))
+    code = main([a.format(tmp=tmp_path, ckpt=checkpoint) for a in argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and needle in err, err
+    assert (tmp_path / "full" / "precious.txt").read_text() == "keep me"
+
+
+def test_cli_export_hf(checkpoint, tmp_path, capsys):
+    assert main(["export-hf", str(checkpoint), str(tmp_path / "hf"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {"config.json", "model.safetensors", "tokenizer.json", "vocab.txt"} <= set(data["files"])

@@ -1,0 +1,208 @@
+"""Using a checkpoint: fill-mask, NSP, embeddings and similarity, attention maps; the CLI that prints them."""
+
+import json
+import re
+
+import matplotlib.image
+import numpy as np
+import pytest
+import torch
+from helpers import TINY_SET, write_corpus
+
+import nanobert
+from nanobert.cli import main
+from nanobert.errors import NanobertError
+from nanobert.inference import ATTENTION_DPI, attention_figure_inches, load
+from nanobert.tokenizer import NUM_SPECIAL_TOKENS
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A tiny post-LN model trained for 5 steps: enough to have real weights and a real tokenizer."""
+    root = tmp_path_factory.mktemp("pretrained")
+    corpus = write_corpus(root / "corpus.txt")
+    argv = ["pretrain", "--train", str(corpus), "--out", str(root / "run"), "--max-steps", "5"]
+    assert main([*argv, "--device", "cpu", "--quiet", "--set", *TINY_SET]) == 0
+    return root / "run" / "best"
+
+
+@pytest.fixture(scope="module")
+def model(checkpoint):
+    return load(checkpoint)
+
+
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err.strip()
+
+
+def test_load_is_the_public_api(checkpoint):
+    m = nanobert.load(checkpoint)
+    assert isinstance(m, nanobert.InferenceModel) and not m.model.training
+
+
+def test_fill_mask_several_masks(model):
+    result = model.fill_mask("alpha bravo [MASK] delta . echo [mask] golf", top_k=4)
+    assert len(result.masks) == 2  # "[mask]" in lower case counts too
+    assert result.tokens[0] == "[CLS]" and result.tokens[-1] == "[SEP]"
+    for mask in result.masks:
+        assert result.tokens[mask.position] == "[MASK]"
+        probs = [c.probability for c in mask.candidates]
+        assert len(probs) == 4 and probs == sorted(probs, reverse=True)
+        assert all(0.0 < p < 1.0 for p in probs)
+        assert all(c.token_id >= NUM_SPECIAL_TOKENS for c in mask.candidates)  # never [PAD], [CLS], ...
+        # each candidate's display text fills its own mask and leaves the other one
+        assert all(c.sequence.count("[MASK]") == 1 for c in mask.candidates)
+    assert "[MASK]" not in result.filled
+    # The probabilities are the model's: a softmax over the vocabulary at that position.
+    enc, out = model.forward("alpha bravo [MASK] delta . echo [MASK] golf")
+    pos = result.masks[0].position
+    expected = out.prediction_logits[0, pos].softmax(-1)[result.masks[0].candidates[0].token_id].item()
+    assert result.masks[0].candidates[0].probability == pytest.approx(expected, rel=1e-5)
+
+
+def test_fill_mask_word_pieces_are_joined(model):
+    result = model.fill_mask("[MASK] delta", top_k=1)
+    assert result.filled.endswith("delta")  # "d ##el ##ta" reads back as one word
+
+
+def test_fill_mask_without_mask_is_a_clear_error(model):
+    with pytest.raises(NanobertError, match=r"no \[MASK\]"):
+        model.fill_mask("the cat sat on the mat .")
+
+
+def test_next_sentence_probabilities(model):
+    ns = model.next_sentence("alpha bravo charlie .", "delta echo .")
+    assert ns.is_next + ns.not_next == pytest.approx(1.0)
+    _, out = model.forward("alpha bravo charlie .", "delta echo .")
+    assert ns.is_next == pytest.approx(out.seq_relationship_logits[0].softmax(-1)[0].item(), rel=1e-5)
+
+
+def test_embeddings_do_not_depend_on_batching(model):
+    texts = ["alpha", "bravo charlie delta echo foxtrot golf hotel", "", "india juliet kilo"]
+    batched = model.embed(texts, batch_size=3)  # mixed lengths: padding inside a batch
+    assert batched.shape == (4, model.model.config.hidden_size) and batched.dtype == np.float32
+    for text, row in zip(texts, batched, strict=True):
+        np.testing.assert_allclose(model.embed(text), row, atol=1e-5)
+    # the mean covers the real tokens of the text, [CLS] and [SEP] included
+    with torch.no_grad():
+        h = model.model.bert(torch.tensor([model.encode(texts[1])["input_ids"]])).last_hidden_state
+    np.testing.assert_allclose(batched[1], h[0].mean(0).numpy(), atol=1e-5)
+
+
+def test_similarity(model):
+    assert model.similarity("alpha bravo", "alpha bravo") == pytest.approx(1.0, abs=1e-5)
+    assert -1.0 <= model.similarity("alpha bravo", "river stone ocean") <= 1.0
+
+
+def test_attention_maps(model):
+    maps = model.attention("alpha bravo .", pair="charlie .")
+    cfg = model.model.config
+    T = len(maps.tokens)
+    assert maps.probs.shape == (cfg.num_hidden_layers, cfg.num_attention_heads, T, T)
+    np.testing.assert_allclose(maps.probs.sum(-1), 1.0, atol=1e-5)
+    assert maps.token_type_ids == [0, 0, 0, 0, 0, 1, 1, 1]
+
+
+def test_cli_fill_mask(checkpoint, capsys):
+    code, out, _ = run_cli(capsys, "fill-mask", checkpoint, "alpha [MASK] charlie .", "--top-k", "3")
+    assert code == 0
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("[MASK] 1 of 1") and len(lines) == 4
+    assert all(re.match(r"\s+\d+\.\d%\s+\S+\s+\S", line) for line in lines[1:])
+    code, out, _ = run_cli(capsys, "fill-mask", checkpoint, "[MASK] and [MASK]", "--json")
+    data = json.loads(out)
+    assert code == 0 and len(data["masks"]) == 2 and len(data["masks"][0]["candidates"]) == 5
+
+
+def test_cli_nsp_and_similarity(checkpoint, capsys):
+    code, out, _ = run_cli(capsys, "nsp", checkpoint, "alpha bravo .", "charlie delta .")
+    assert code == 0 and re.fullmatch(r"IsNext \d+\.\d%  NotNext \d+\.\d%\n", out), out
+    code, out, _ = run_cli(capsys, "nsp", checkpoint, "alpha .", "bravo .", "--json")
+    assert sum(json.loads(out).values()) == pytest.approx(1.0)
+    code, out, _ = run_cli(capsys, "similarity", checkpoint, "alpha", "alpha", "--json")
+    assert code == 0 and json.loads(out)["cosine_similarity"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_cli_embed_file(checkpoint, tmp_path, capsys, model):
+    lines = ["alpha bravo .", "", "charlie delta echo foxtrot golf .", "hotel"]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out_path = tmp_path / "sub" / "vectors.npy"
+    code, out, _ = run_cli(
+        capsys, "embed", checkpoint, "--input", tmp_path / "in.txt", "--out", out_path, "--batch-size", "2"
+    )
+    assert code == 0 and "4 embeddings" in out
+    vectors = np.load(out_path)
+    assert vectors.shape == (4, model.model.config.hidden_size)  # one row per line, blank ones included
+    np.testing.assert_allclose(vectors, model.embed(lines), atol=1e-5)
+
+
+def decode_png(path):
+    image = matplotlib.image.imread(path)
+    assert image.ndim == 3 and image.shape[2] in (3, 4)
+    return image
+
+
+def assert_size(image, width_in, height_in):
+    """The PNG is the figure's size in inches times the dpi (matplotlib truncates to whole pixels)."""
+    h, w = image.shape[:2]
+    assert abs(w - width_in * ATTENTION_DPI) <= 1 and abs(h - height_in * ATTENTION_DPI) <= 1, (w, h)
+
+
+def test_cli_attention_grid_png(checkpoint, tmp_path, capsys, model):
+    out_path = tmp_path / "attention.png"
+    code, out, _ = run_cli(
+        capsys, "attention", checkpoint, "alpha bravo .", "--pair", "charlie .", "--out", out_path
+    )
+    assert code == 0, out
+    image = decode_png(out_path)
+    tokens = model.attention("alpha bravo .", "charlie .").tokens
+    width, height = attention_figure_inches(tokens, rows=2, cols=4)  # every layer by every head
+    assert_size(image, width, height)
+    assert image[..., :3].std() > 0.05  # not blank: heatmaps, labels and titles
+
+
+def test_cli_attention_one_head(checkpoint, tmp_path, capsys, model):
+    out_path = tmp_path / "one.png"
+    argv = ["attention", checkpoint, "alpha bravo charlie", "--layer", "1", "--head", "2"]
+    code, out, _ = run_cli(capsys, *argv, "--out", out_path, "--json")
+    data = json.loads(out)
+    assert code == 0 and data["layers"] == [1] and data["heads"] == [2]
+    maps = model.attention("alpha bravo charlie")
+    np.testing.assert_allclose(data["attentions"][0][0], maps.probs[1, 2], atol=1e-4)
+    width, height = attention_figure_inches(maps.tokens, rows=1, cols=1)
+    assert_size(decode_png(out_path), width, height)
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["fill-mask", "{ckpt}", "no mask in this text"], "no [MASK]"),
+        (["fill-mask", "/nonexistent/ckpt", "a [MASK]"], "does not exist"),
+        (["nsp", "{tmp}", "a", "b"], "not a nanobert checkpoint"),
+        (["embed", "{ckpt}", "--input", "{tmp}/missing.txt", "--out", "{tmp}/x.npy"], "does not exist"),
+        (["embed", "{ckpt}", "--input", "{tmp}/empty.txt", "--out", "{tmp}/x.npy"], "is empty"),
+        (["embed", "{ckpt}", "--input", "{tmp}/empty.txt", "--out", "{tmp}/x.txt"], ".npy"),
+        (["attention", "{ckpt}", "a b", "--layer", "7", "--out", "{tmp}/a.png"], "layers 0..1"),
+        (["attention", "{ckpt}", "a b", "--head", "4", "--out", "{tmp}/a.png"], "heads 0..3"),
+        (["similarity", "{ckpt}", "a"], "required"),
+    ],
+)
+def test_cli_bad_input_is_one_line(checkpoint, tmp_path, capsys, argv, needle):
+    (tmp_path / "empty.txt").write_text("")
+    argv = [a.format(ckpt=checkpoint, tmp=tmp_path) for a in argv]
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2 and len(err.splitlines()) == 1 and err.startswith("nanobert: error:"), err
+    assert needle in err, err
+
+
+def test_corrupt_checkpoint(checkpoint, tmp_path, capsys):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for f in checkpoint.iterdir():
+        (bad / f.name).write_bytes(f.read_bytes())
+    weights = bad / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    code, _, err = run_cli(capsys, "nsp", bad, "a", "b")
+    assert code == 2 and "corrupt" in err and len(err.splitlines()) == 1
