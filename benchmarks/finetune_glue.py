@@ -1,0 +1,166 @@
+"""What pretraining buys downstream: fine-tune a checkpoint on SST-2 and TREC-6, against the same architecture
+trained from scratch with the same budget.
+
+For each task and each learning rate it runs `nanobert.finetune.finetune` twice, (a) from the pretrained
+checkpoint and (b) with `from_scratch=True` (same shape, tokenizer, head initialisation, data order, epochs),
+then prints a table and writes OUT/results.json. Every run keeps its own directory (OUT/TASK-INIT-lrLR/ with
+best/, metrics.jsonl, summary.json).
+
+- SST-2 (GLUE, `glue/sst2/{train,dev}.tsv`, header `sentence<TAB>label`): the best epoch is picked on dev and
+  dev accuracy is reported, as GLUE papers do (the test labels are not public).
+- TREC-6 (`trec-6/train_5500.label`, `TREC_10.label`, lines `COARSE:fine question`, the train file Latin-1):
+  converted to UTF-8 TSV in OUT/data/trec-6/; a seeded 10% of the training questions is the dev split that
+  picks the epoch, and the 500 TREC-10 questions give the test accuracy.
+
+With several `--learning-rate` values, compare them on dev only (the `dev` column); TREC test numbers of a
+learning rate chosen on test would be optimistic.
+
+    python benchmarks/finetune_glue.py RUN/best --sst2-dir ../shared/data/glue/sst2 \
+        --trec-dir ../shared/data/trec-6 --epochs 3 --out runs/finetune-glue
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+from nanobert.finetune import FinetuneConfig, TaskSpec, finetune
+
+INITS = ("pretrained", "scratch")
+
+
+def prepare_trec(trec_dir: Path, out: Path, seed: int) -> dict[str, Path]:
+    """TREC-6 as UTF-8 TSV files (text, label = the coarse class): train / dev (10% of train) / test."""
+
+    def read(name: str) -> list[tuple[str, str]]:
+        rows = []
+        # The train file is Latin-1; TREC_10 is ASCII, which Latin-1 decodes identically.
+        for line in (trec_dir / name).read_text(encoding="latin-1").splitlines():
+            if line.strip():
+                label, _, question = line.partition(" ")
+                rows.append((" ".join(question.split()), label.split(":")[0]))
+        return rows
+
+    train = read("train_5500.label")
+    random.Random(seed).shuffle(train)
+    n_dev = len(train) // 10
+    splits = {"train": train[n_dev:], "dev": train[:n_dev], "test": read("TREC_10.label")}
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name, rows in splits.items():
+        paths[name] = out / f"{name}.tsv"
+        paths[name].write_text("text\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows), encoding="utf-8")
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("checkpoint", metavar="CKPT", help="a pretraining checkpoint (RUN/best)")
+    p.add_argument("--sst2-dir", type=Path, help="directory with GLUE SST-2 train.tsv and dev.tsv")
+    p.add_argument("--trec-dir", type=Path, help="directory with train_5500.label and TREC_10.label")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--learning-rate", type=float, nargs="+", default=[FinetuneConfig.learning_rate])
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--max-seq-len", type=int, default=128)
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--inits", nargs="+", choices=INITS, default=list(INITS))
+    p.add_argument("--limit", type=int, help="use only the first N training rows (quick checks)")
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+    if not args.sst2_dir and not args.trec_dir:
+        p.error("give --sst2-dir and/or --trec-dir")
+
+    tasks = {}  # name -> (files, report split)
+    if args.sst2_dir:
+        tasks["sst2"] = ({"train": args.sst2_dir / "train.tsv", "dev": args.sst2_dir / "dev.tsv"}, "dev")
+    if args.trec_dir:
+        tasks["trec6"] = (prepare_trec(args.trec_dir, args.out / "data" / "trec-6", args.seed), "test")
+    if args.limit:
+        for name, (files, _) in tasks.items():
+            lines = files["train"].read_text(encoding="utf-8").splitlines(keepends=True)
+            files["train"] = args.out / "data" / f"{name}-train-{args.limit}.tsv"
+            files["train"].parent.mkdir(parents=True, exist_ok=True)
+            files["train"].write_text("".join(lines[: args.limit + 1]), encoding="utf-8")
+
+    spec = {"sst2": TaskSpec(text_col="sentence", label_col="label"), "trec6": TaskSpec("text", "label")}
+    results = []
+    for name, (files, report) in tasks.items():
+        for lr in args.learning_rate:
+            for init in args.inits:
+                cfg = FinetuneConfig(
+                    epochs=args.epochs,
+                    batch_size=args.batch_size,
+                    learning_rate=lr,
+                    max_seq_len=args.max_seq_len,
+                    seed=args.seed,
+                    device=args.device,
+                )
+                out = args.out / f"{name}-{init}-lr{lr:g}"
+                print(f"== {name} {init} lr {lr:g} -> {out}", file=sys.stderr, flush=True)
+                start = time.perf_counter()
+                summary = finetune(
+                    args.checkpoint,
+                    spec[name],
+                    files["train"],
+                    files["dev"],
+                    out,
+                    cfg,
+                    test_file=files.get("test"),
+                    from_scratch=init == "scratch",
+                    overwrite=args.overwrite,
+                    quiet=args.quiet,
+                )
+                results.append(
+                    {
+                        "task": name,
+                        "init": init,
+                        "learning_rate": lr,
+                        "report_split": report,
+                        "accuracy": (summary["test"] if report == "test" else summary["dev"])["accuracy"],
+                        "dev": summary["dev"],
+                        "test": summary["test"],
+                        "best_epoch": summary["best_epoch"],
+                        "train_time_s": summary["train_time_s"],
+                        "wall_time_s": round(time.perf_counter() - start, 1),
+                        "out": str(out),
+                    }
+                )
+    report = {
+        "checkpoint": str(args.checkpoint),
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "max_seq_len": args.max_seq_len,
+        "seed": args.seed,
+        "limit": args.limit,
+        "results": results,
+        "hardware": summary["hardware"],
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
+
+    # One row per task and learning rate: pretrained vs scratch on the reported split, dev alongside.
+    def acc(r: dict | None, split: str) -> str:
+        return f"{r[split]['accuracy']:.4f}" if r else "-"
+
+    header = ("task", "lr", "split", "pretrained", "scratch", "gain", "dev pretrained/scratch")
+    print("{:7s} {:>7s} {:5s} {:>10s} {:>8s} {:>7s}  {}".format(*header))
+    for name, (_, split) in tasks.items():
+        for lr in args.learning_rate:
+            by = {r["init"]: r for r in results if r["task"] == name and r["learning_rate"] == lr}
+            a, b = by.get("pretrained"), by.get("scratch")
+            gain = f"{a['accuracy'] - b['accuracy']:+.4f}" if a and b else "-"
+            row = f"{name:7s} {lr:7.0e} {split:5s} {acc(a, split):>10s} {acc(b, split):>8s} {gain:>7s}"
+            print(f"{row}  {acc(a, 'dev')}/{acc(b, 'dev')}")
+    print(f"results: {args.out / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

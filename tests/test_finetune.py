@@ -1,0 +1,369 @@
+"""Fine-tuning and prediction on tiny generated tasks: learning, segment ids, labels, metrics, errors."""
+
+import csv
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+from helpers import TINY_SET, WORDS, write_corpus
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nanobert.checkpoint import load_pretraining_checkpoint
+from nanobert.cli import main
+from nanobert.errors import NanobertError
+from nanobert.finetune import (
+    Encoded,
+    TaskSpec,
+    average_ranks,
+    build_classifier,
+    collate,
+    encode_texts,
+    label_order,
+    load_finetuned,
+    load_split,
+    macro_f1,
+    matthews_corrcoef,
+    model_outputs,
+    pearson,
+    spearman,
+)
+from nanobert.finetune import accuracy as accuracy_score
+from nanobert.tabular import read_table
+from nanobert.tokenizer import CLS_ID, SEP_ID, encode_pair, load_tokenizer
+
+FILLER = [w for w in WORDS if w not in ("red", "blue")]
+
+
+def write_task(path, n, seed, pair=False, fmt="csv", header=True):
+    """Label 'pos' when the sentence holds "red", 'neg' when it holds "blue": separable by one token."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        words = [rng.choice(FILLER) for _ in range(rng.randint(3, 8))]
+        label = rng.choice(["pos", "neg"])
+        words.insert(rng.randint(0, len(words)), "red" if label == "pos" else "blue")
+        row = {"sentence": " ".join(words), "label": label}
+        if pair:
+            row["second"] = " ".join(rng.choice(FILLER) for _ in range(rng.randint(2, 6)))
+        rows.append(row)
+    if fmt == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return path
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f, delimiter="\t" if fmt == "tsv" else ",")
+        if header:
+            writer.writerow(list(rows[0]))
+        writer.writerows([list(r.values()) for r in rows])
+    return path
+
+
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err.strip()
+
+
+def assert_one_line_error(code, err, *needles):
+    assert code == 2, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nanobert: error:"), err
+    for needle in needles:
+        assert needle in err, err
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    # Tiny models gain nothing from intra-op threads, and on a busy CPU the threads' contention makes each
+    # step ten times slower; one thread keeps this file at a few seconds.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pre")
+    corpus = write_corpus(root / "corpus.txt")
+    argv = ["pretrain", "--train", corpus, "--out", root / "run", "--max-steps", "5", "--device", "cpu"]
+    assert main([str(a) for a in argv] + ["--quiet", "--set", *TINY_SET]) == 0
+    return root / "run" / "best"
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    root = tmp_path_factory.mktemp("task")
+    return write_task(root / "train.csv", 192, seed=0), write_task(root / "dev.csv", 48, seed=1)
+
+
+TUNE = ["--epochs", "4", "--batch-size", "16", "--learning-rate", "1e-2", "--device", "cpu", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def tuned(pretrained, task, tmp_path_factory):
+    out = tmp_path_factory.mktemp("tuned") / "run"
+    train, dev = task
+    argv = ["finetune", pretrained, "--train", train, "--dev", dev, "--test", dev, "--out", out]
+    argv += ["--text-col", "sentence", "--label-col", "label", *TUNE]
+    assert main([str(a) for a in argv]) == 0
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Metrics against hand-computed values
+
+
+def test_classification_metrics_by_hand():
+    assert accuracy_score([0, 1, 1, 0], [0, 1, 0, 0]) == 0.75
+    # F1 per class: 0 -> 2*1/(2+2) = 0.5, 1 -> 2*2/(2+3) = 0.8, 2 -> 0 (no true positive); mean 1.3/3.
+    y_true, y_pred = [0, 0, 1, 1, 2], [0, 1, 1, 1, 0]
+    assert macro_f1(y_true, y_pred) == pytest.approx(1.3 / 3)
+    # Gorodkin: t = (2, 2, 1), p = (2, 3, 0), c = 3, s = 5 -> (15 - 10) / sqrt((25 - 13) (25 - 9)).
+    assert matthews_corrcoef(y_true, y_pred) == pytest.approx(5 / np.sqrt(192))
+    # Binary: TP 2, FN 1, TN 3, FP 1 -> (2*3 - 1*1) / sqrt(3 * 3 * 4 * 4) = 5/12.
+    assert matthews_corrcoef([1, 1, 1, 0, 0, 0, 0], [1, 1, 0, 0, 0, 1, 0]) == pytest.approx(5 / 12)
+    assert matthews_corrcoef([0, 1, 0, 1], [1, 1, 1, 1]) == 0.0  # one predicted class: undefined -> 0
+    assert matthews_corrcoef([0, 1, 2], [0, 1, 2]) == pytest.approx(1.0)
+    assert macro_f1([0, 1, 2], [0, 1, 2]) == 1.0
+
+
+def test_regression_metrics_by_hand():
+    assert pearson([1, 2, 3], [1, 3, 2]) == pytest.approx(0.5)
+    assert pearson([1, 1, 1], [1, 2, 3]) == 0.0
+    assert list(average_ranks([10, 20, 20, 5])) == [2.0, 3.5, 3.5, 1.0]
+    # ranks (1, 2.5, 2.5, 4) and (1, 3, 2, 4): 4.5 / sqrt(4.5 * 5)
+    assert spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(4.5 / np.sqrt(22.5))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.floats(-5, 5)), min_size=3, max_size=30))
+def test_metrics_match_scipy(pairs):
+    stats = pytest.importorskip("scipy.stats")
+    x = np.array([p[0] for p in pairs], dtype=float)
+    y = np.array([p[1] for p in pairs])
+    assert np.allclose(average_ranks(x), stats.rankdata(x))
+    if np.ptp(x) > 0 and np.ptp(y) > 1e-9 and np.ptp(stats.rankdata(y)) > 0:
+        assert spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic, abs=1e-9)
+        assert pearson(x, y) == pytest.approx(stats.pearsonr(x, y).statistic, abs=1e-9)
+    assert spearman(x, np.exp(x)) == pytest.approx(1.0 if np.ptp(x) > 0 else 0.0)  # rank-invariant
+
+
+def test_label_order_is_numeric_when_labels_are_numbers():
+    assert label_order(["10", "2", "1", "2"]) == ["1", "2", "10"]
+    assert label_order(["neg", "pos", "neg"]) == ["neg", "pos"]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Learning, segment ids, label mapping
+
+
+def test_separable_task_is_learned(tuned):
+    summary = json.loads((tuned / "summary.json").read_text())
+    assert summary["dev"]["accuracy"] >= 0.9, summary["dev_history"]
+    assert summary["test"]["accuracy"] == pytest.approx(summary["dev"]["accuracy"])  # test = dev here
+    records = [json.loads(line) for line in (tuned / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records if r["split"] == "dev"] == [1, 2, 3, 4]
+    assert any(r["split"] == "train" and "loss" in r for r in records)
+    best = json.loads((tuned / "best" / "config.json").read_text())
+    assert best["kind"] == "sequence_classification" and best["epoch"] == summary["best_epoch"]
+
+
+def test_label_mapping_round_trips(tuned, task, tmp_path, capsys):
+    model, tokenizer, config = load_finetuned(tuned)  # the run directory resolves to best/
+    assert config["labels"] == ["neg", "pos"] and config["num_labels"] == 2
+    assert config["columns"] == {"text": "sentence", "text_pair": None, "label": "label"}
+    out = tmp_path / "pred.csv"
+    code, stdout, err = run_cli(capsys, "predict", tuned / "best", "--input", task[1], "--out", out)
+    assert code == 0, err
+    result = json.loads(stdout)
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["sentence", "label", "prediction", "prob_neg", "prob_pos"]
+    assert result["rows"] == len(rows) == 48
+    hits = [r["prediction"] == r["label"] for r in rows]
+    assert result["metrics"]["accuracy"] == pytest.approx(np.mean(hits))
+    for r in rows:
+        assert float(r["prob_neg"]) + float(r["prob_pos"]) == pytest.approx(1.0, abs=1e-5)
+        assert r["prediction"] == max(("neg", "pos"), key=lambda lab: float(r[f"prob_{lab}"]))
+
+
+def test_predict_writes_jsonl_and_headerless_tsv(tuned, tmp_path, capsys):
+    rows = [{"sentence": "alpha red bravo", "id": 1}, {"sentence": "blue charlie delta", "id": 2}]
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, stdout, err = run_cli(capsys, "predict", tuned, "--input", jsonl)
+    assert code == 0, err
+    out = [json.loads(line) for line in stdout.splitlines()]
+    assert [o["id"] for o in out] == [1, 2] and [o["prediction"] for o in out] == ["pos", "neg"]
+    assert set(out[0]["probabilities"]) == {"neg", "pos"}
+    # A file without the trained column: pick the text column by index in a headerless file.
+    tsv = tmp_path / "in.tsv"
+    tsv.write_text("7\talpha red bravo\n8\tblue charlie delta\n")
+    code, stdout, err = run_cli(capsys, "predict", tuned, "--input", tsv, "--text-col", "1")
+    assert code == 0, err
+    cells = [line.split("\t") for line in stdout.splitlines()]
+    assert [c[:3] for c in cells] == [["7", "alpha red bravo", "pos"], ["8", "blue charlie delta", "neg"]]
+
+
+def test_pair_input_reaches_the_model_with_segment_ids(pretrained, tmp_path):
+    tokenizer = load_tokenizer(pretrained)
+    train = write_task(tmp_path / "pairs.tsv", 12, seed=3, pair=True, fmt="tsv")
+    spec = TaskSpec(text_col="sentence", text_pair_col="second", label_col="label")
+    split, labels = load_split(train, spec, tokenizer, 16, None)
+    assert labels == ["neg", "pos"]
+    model = build_classifier(load_pretraining_checkpoint(pretrained)[0], 2, "classification", False, 0)
+    seen = []
+    model.bert.embeddings.register_forward_hook(lambda mod, args, out: seen.append(args))
+    model_outputs(model, split.data, torch.device("cpu"), None, batch_size=5)
+    batches = [(ids, types) for ids, types in seen]
+    assert sum(len(ids) for ids, _ in batches) == 12
+    for ids, types in batches:
+        for row_ids, row_types in zip(ids.tolist(), types.tolist(), strict=True):
+            seps = [i for i, t in enumerate(row_ids) if t == SEP_ID]
+            assert row_ids[0] == CLS_ID and len(seps) == 2
+            # [CLS] A [SEP] -> 0, B [SEP] -> 1, padding -> 0
+            assert row_types == [0] * (seps[0] + 1) + [1] * (seps[1] - seps[0]) + [0] * (
+                len(row_ids) - seps[1] - 1
+            )
+    # The batched encoder truncates exactly as encode_pair does.
+    texts_a = ["alpha bravo charlie delta echo foxtrot golf hotel", "red"]
+    texts_b = ["india juliet", "kilo lima mike november oscar papa quebec romeo sierra"]
+    ids, types = encode_texts(tokenizer, texts_a, texts_b, 11)
+    for a, b, i, t in zip(texts_a, texts_b, ids, types, strict=True):
+        ref = encode_pair(tokenizer, a, b, max_length=11)
+        assert (i, t) == (ref["input_ids"], ref["token_type_ids"]) and len(i) <= 11
+
+
+def test_pair_task_cli_and_predict(pretrained, tmp_path, capsys):
+    train = write_task(tmp_path / "train.jsonl", 24, seed=4, pair=True, fmt="jsonl")
+    out = tmp_path / "run"
+    argv = ["finetune", pretrained, "--train", train, "--dev", train, "--out", out, "--epochs", "1"]
+    argv += ["--text-col", "sentence", "--text-pair-col", "second", "--label-col", "label", "--quiet"]
+    code, stdout, err = run_cli(capsys, *argv)
+    assert code == 0, err
+    assert json.loads(stdout)["best_epoch"] == 1
+    code, stdout, err = run_cli(capsys, "predict", out, "--input", train)
+    assert code == 0, err
+    assert len(stdout.splitlines()) == 24
+    code, _, err = run_cli(capsys, "predict", out, "--input", train, "--text-pair-col", "nope")
+    assert_one_line_error(code, err, "no column 'nope'")
+
+
+def test_collate_pads_dynamically():
+    data = Encoded([[2, 5, 3], [2, 6, 7, 8, 3]], [[0, 0, 0], [0, 0, 0, 1, 1]], np.array([1, 0]))
+    batch = collate(data, [0])
+    assert batch["input_ids"].shape == (1, 3) and "attention_mask" not in batch
+    batch = collate(data, [0, 1])
+    assert batch["input_ids"].tolist() == [[2, 5, 3, 0, 0], [2, 6, 7, 8, 3]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]
+    assert batch["labels"].tolist() == [1, 0]
+
+
+def test_from_scratch_keeps_only_the_shape(pretrained):
+    pre, _ = load_pretraining_checkpoint(pretrained)
+    warm = build_classifier(pre, 3, "classification", False, seed=0)
+    cold = build_classifier(pre, 3, "classification", True, seed=0)
+    w = pre.bert.embeddings.word_embeddings.weight
+    assert torch.equal(warm.bert.embeddings.word_embeddings.weight, w)
+    assert not torch.equal(cold.bert.embeddings.word_embeddings.weight, w)
+    assert torch.equal(warm.classifier.weight, cold.classifier.weight)  # the same head init
+
+
+def test_regression_and_headerless_files(pretrained, tmp_path, capsys):
+    rng = random.Random(5)
+    lines = [f"{rng.uniform(0, 5):.2f}\t{' '.join(rng.sample(FILLER, 4))}" for _ in range(20)]
+    path = tmp_path / "scores.tsv"
+    path.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "run"
+    argv = ["finetune", pretrained, "--train", path, "--dev", path, "--text-col", "1", "--label-col", "0"]
+    argv += ["--task", "regression", "--epochs", "1", "--out", out, "--quiet"]
+    code, stdout, err = run_cli(capsys, *argv)
+    assert code == 0, err
+    assert set(json.loads(stdout)["dev"]) == {"pearson", "spearman", "mse"}
+    model, _, config = load_finetuned(out)
+    assert config["labels"] is None and model.num_labels == 1 and config["columns"]["text"] == 1
+    code, stdout, err = run_cli(capsys, "predict", out, "--input", path)
+    assert code == 0, err
+    first = stdout.splitlines()[0].split("\t")
+    assert first[:2] == lines[0].split("\t") and float(first[2]) == pytest.approx(float(first[2]))
+
+
+def test_encodings_and_formats(pretrained, tmp_path):
+    tokenizer = load_tokenizer(pretrained)
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("text,label\ncaf\u00e9 red,pos\nblue na\u00efve,neg\n".encode("latin-1"))
+    spec = TaskSpec(text_col="text", label_col="label", encoding="latin-1")
+    split, labels = load_split(latin, spec, tokenizer, 32, None)
+    assert labels == ["neg", "pos"] and len(split.data) == 2
+    with pytest.raises(NanobertError, match="--encoding"):
+        load_split(latin, TaskSpec(text_col="text", label_col="label"), tokenizer, 32, None)
+    # A .txt file read as TSV; GLUE-style TSV never quotes, so a quote is text.
+    txt = tmp_path / "data.txt"
+    txt.write_text('sentence\tlabel\nhe said "red\tpos\n')
+    assert read_table(txt, "tsv").rows == [['he said "red', "pos"]]
+    with pytest.raises(NanobertError, match="--format"):
+        read_table(txt)
+    # JSONL with integer labels and array rows indexed by position.
+    jl = tmp_path / "arr.jsonl"
+    jl.write_text('["red alpha", 1]\n["blue bravo", 0]\n\n["red charlie", 1]\n')
+    split, labels = load_split(jl, TaskSpec(text_col=0, label_col=1), tokenizer, 32, None)
+    assert labels == ["0", "1"] and split.data.labels.tolist() == [1, 0, 1]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Bad input: one line, exit code 2
+
+
+def test_bad_input(pretrained, tuned, task, tmp_path, capsys):
+    train, dev = task
+    base = ["finetune", pretrained, "--out", tmp_path / "out", "--epochs", "1", "--quiet"]
+    cols = ["--text-col", "sentence", "--label-col", "label"]
+
+    def check(argv, *needles):
+        code, _, err = run_cli(capsys, *argv)
+        assert_one_line_error(code, err, *needles)
+
+    # missing columns, naming the ones that exist
+    check([*base, "--train", train, "--dev", dev, "--text-col", "text", "--label-col", "label"],
+          "no column 'text'", "'sentence', 'label'")  # fmt: skip
+    # a label in dev that train never had
+    unseen = tmp_path / "unseen.csv"
+    unseen.write_text("sentence,label\nred alpha,pos\nblue bravo,neutral\n")
+    check([*base, "--train", train, "--dev", unseen, *cols], "'neutral'", "never occurs", "line 3")
+    # empty files: nothing at all, and a header only
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    check([*base, "--train", empty, "--dev", dev, *cols], "empty")
+    header_only = tmp_path / "header.csv"
+    header_only.write_text("sentence,label\n")
+    check([*base, "--train", train, "--dev", header_only, *cols], "header but no rows")
+    # a text column with an empty cell
+    holes = tmp_path / "holes.csv"
+    holes.write_text('sentence,label\nred alpha,pos\n"  ",neg\n')
+    check([*base, "--train", holes, "--dev", dev, *cols], "line 3", "empty")
+    # checkpoints that are not pretraining checkpoints
+    check(["finetune", tuned / "best", "--train", train, "--dev", dev, *cols], "not a pretraining checkpoint")
+    check(["finetune", tmp_path, "--train", train, "--dev", dev, *cols], "not a nanobert checkpoint")
+    check(["predict", pretrained, "--input", dev], "not a fine-tuned model")
+    # other mistakes
+    check([*base, "--train", train, "--dev", dev, "--text-col", "0", "--label-col", "label"], "not a mix")
+    check([*base, "--train", tmp_path / "missing.csv", "--dev", dev, *cols], "does not exist")
+    check([*base, "--train", train, "--dev", dev, *cols, "--task", "regression"], "not a number")
+    check([*base, "--train", train, "--dev", dev, *cols, "--metric", "pearson"], "does not apply")
+    # a file with a header row, indexed as if it had none
+    sst = tmp_path / "sst.tsv"
+    sst.write_text("sentence\tlabel\nred alpha\t1\nblue bravo\t0\n")
+    check([*base, "--train", sst, "--dev", sst, "--text-col", "0", "--label-col", "1"], "header row")
+    check(["finetune", pretrained, "--train", train, *cols], "--dev")
+    assert not (tmp_path / "out").exists()  # no error left a half-made run behind
+
+
+def test_existing_run_is_not_overwritten(pretrained, tuned, task, capsys):
+    train, dev = task
+    argv = ["finetune", pretrained, "--train", train, "--dev", dev, "--out", tuned]
+    code, _, err = run_cli(capsys, *argv, "--text-col", "sentence", "--label-col", "label")
+    assert_one_line_error(code, err, "already holds a run")
+    assert (tuned / "best" / "config.json").is_file()
