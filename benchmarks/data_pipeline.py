@@ -1,0 +1,135 @@
+"""Time and memory to prepare WikiText-2-scale pretraining data, against what training consumes.
+
+Stages, as `nanobert pretrain` runs them: read and split the corpus into documents and sentences, train the
+WordPiece tokenizer, tokenize, build one epoch of NSP instances, and mask every batch of that epoch. The
+stand-in corpus is a file repeated `--repeat` times (wiki.valid.tokens x 10 is about 2M words, the size of
+WikiText-2's train split).
+
+"Prepared tokens/s" is the per-epoch work (instances + masking) that recurs every epoch, over its time;
+"consumed tokens/s" is training speed, measured here on the chosen device for a model shape (or given).
+
+    python benchmarks/data_pipeline.py --source ../shared/data/wikitext-2/wiki.valid.tokens --repeat 10
+    python benchmarks/data_pipeline.py --source .../wiki.valid.tokens --measure-train cuda --shape mini
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from nanobert.config import MODEL_PRESETS, ModelConfig
+from nanobert.corpus import read_text_file
+from nanobert.evaluate import tokenize_documents
+from nanobert.model import BertForPreTraining
+from nanobert.pretraining_data import MaskingCollator, batches, create_instances, masked_positions
+from nanobert.tokenizer import train_tokenizer
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def measure_train_tokens_per_s(device: str, shape: str, vocab: int, batch_size: int, seq_len: int) -> float:
+    """Tokens/s of nanobert training steps on random full-length batches (bf16 on CUDA)."""
+    dev = torch.device(device)
+    model = BertForPreTraining(ModelConfig(vocab_size=vocab, **MODEL_PRESETS[shape])).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
+    ids = torch.randint(5, vocab, (batch_size, seq_len), device=dev)
+    labels = torch.where(torch.rand(batch_size, seq_len, device=dev) < 0.15, ids, -100)
+    positions = masked_positions(labels.cpu(), 64).to(dev)
+    nsp = torch.randint(0, 2, (batch_size,), device=dev)
+    amp = (
+        torch.autocast(dev.type, dtype=torch.bfloat16)
+        if dev.type == "cuda"
+        else torch.autocast("cpu", enabled=False)
+    )
+    times = []
+    for i in range(13):
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with amp:
+            loss = model(ids, labels=labels, next_sentence_label=nsp, mlm_positions=positions).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        if i >= 3:
+            times.append(time.perf_counter() - t0)
+    return batch_size * seq_len / sorted(times)[len(times) // 2]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument(
+        "--source", required=True, help="a WikiText file, e.g. ../shared/data/wikitext-2/wiki.valid.tokens"
+    )
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--vocab-size", type=int, default=8192)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--train-tokens-per-s", type=float, help="training speed to compare against")
+    p.add_argument("--measure-train", choices=["cpu", "cuda"], help="measure training speed on this device")
+    p.add_argument("--shape", default="mini", choices=list(MODEL_PRESETS))
+    args = p.parse_args()
+
+    text = Path(args.source).read_text(encoding="utf-8")
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = Path(tmp) / "corpus.txt"
+        corpus.write_text(text * args.repeat, encoding="utf-8")
+        words = len(text.split()) * args.repeat
+        stages: list[tuple[str, float]] = []
+
+        t = time.perf_counter()
+        documents = read_text_file(corpus)
+        stages.append(("read + split sentences", time.perf_counter() - t))
+        t = time.perf_counter()
+        tokenizer = train_tokenizer((s for d in documents for s in d), vocab_size=args.vocab_size)
+        stages.append(("train WordPiece", time.perf_counter() - t))
+        t = time.perf_counter()
+        tokenized = tokenize_documents(tokenizer, documents)
+        stages.append(("tokenize", time.perf_counter() - t))
+        one_time = sum(s for _, s in stages)
+
+        t = time.perf_counter()
+        instances = create_instances(tokenized, args.seq_len, seed=0, epoch=0)
+        stages.append(("NSP instances (1 epoch)", time.perf_counter() - t))
+        t = time.perf_counter()
+        collator = MaskingCollator(tokenizer.get_vocab_size(), seed=0, pad_to_multiple_of=8)
+        n_tokens = 0
+        for group in batches(instances, args.batch_size, seed=0, epoch=0, bucket=True):
+            batch = collator(group)
+            masked_positions(batch["labels"], 64)
+            n_tokens += int(batch["attention_mask"].sum())
+        stages.append(("mask every batch (1 epoch)", time.perf_counter() - t))
+        per_epoch = stages[-1][1] + stages[-2][1]
+
+    print(
+        f"corpus: {args.source} x {args.repeat} = {words:,} words, {len(documents):,} documents, "
+        f"{sum(map(len, documents)):,} sentences; {len(instances):,} instances, {n_tokens:,} tokens/epoch"
+    )
+    print(f"{'stage':30s} {'seconds':>8s}")
+    for name, secs in stages:
+        print(f"{name:30s} {secs:8.2f}")
+    print(f"{'total (one-time + 1 epoch)':30s} {one_time + per_epoch:8.2f}")
+    print(f"peak RSS: {peak_rss_mib():,.0f} MiB")
+    prepared = n_tokens / per_epoch
+    print(f"prepared tokens/s (instances + masking, per epoch): {prepared:,.0f}")
+    consumed = args.train_tokens_per_s
+    if args.measure_train:
+        consumed = measure_train_tokens_per_s(
+            args.measure_train, args.shape, tokenizer.get_vocab_size(), args.batch_size, args.seq_len
+        )
+        print(f"consumed tokens/s (training {args.shape} on {args.measure_train}): {consumed:,.0f}")
+    if consumed:
+        print(f"prepared/consumed: {prepared / consumed:.1f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Run a preset on the WikiText-2 protocol and append its held-out quality to a results table.
+
+The protocol (so numbers stay comparable): train on `wiki.valid.tokens`, evaluate the best checkpoint on
+`wiki.test.tokens` with nanobert's fixed held-out masking (15% of tokens, 80/10/10, seed 0), WordPiece
+vocabulary 8,192 unless the preset says otherwise. One row per seed goes to `--results` (CSV), and the mean
+and spread over the seeds run are printed.
+
+    python benchmarks/quality.py --preset mini --time-budget 600 --seeds 1 2 3 \\
+        --train ../shared/data/wikitext-2/wiki.valid.tokens --test ../shared/data/wikitext-2/wiki.test.tokens
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from nanobert.config import build_configs, parse_overrides
+from nanobert.evaluate import evaluate_checkpoint
+from nanobert.train import DataSources, pretrain, resolve_device
+
+FIELDS = (
+    "date",
+    "preset",
+    "overrides",
+    "seed",
+    "mlm_accuracy",
+    "mlm_perplexity",
+    "nsp_accuracy",
+    "mlm_loss",
+    "nsp_loss",
+    "best_step",
+    "steps",
+    "train_time_s",
+    "wall_time_s",
+    "tokens_per_s",
+    "hardware",
+)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", required=True)
+    p.add_argument("--train", required=True, help="e.g. ../shared/data/wikitext-2/wiki.valid.tokens")
+    p.add_argument("--test", required=True, help="e.g. ../shared/data/wikitext-2/wiki.test.tokens")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1337])
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--time-budget", type=float)
+    length.add_argument("--max-steps", type=int)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE")
+    p.add_argument("--results", default="benchmarks/results.csv")
+    p.add_argument("--keep", help="directory to keep the runs in (default: a temporary one)")
+    args = p.parse_args()
+
+    model_over, train_over = parse_overrides(args.set)
+    train_over["device"] = args.device
+    if args.time_budget is not None:
+        train_over["time_budget"] = args.time_budget
+    if args.max_steps is not None:
+        train_over["max_steps"] = args.max_steps
+    device = resolve_device(args.device)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(args.keep or tmp)
+        for seed in args.seeds:
+            model_config, train_config = build_configs(args.preset, model_over, {**train_over, "seed": seed})
+            out = root / f"{args.preset}-seed{seed}"
+            # The test file is the held-out split during training too, as in `nanobert pretrain --valid`;
+            # best/ is the checkpoint with the lowest held-out MLM loss.
+            summary = pretrain(
+                model_config,
+                train_config,
+                DataSources(None, args.train, args.test),
+                out,
+                overwrite=True,
+                preset=args.preset,
+            )
+            metrics = evaluate_checkpoint(str(out / "best"), valid_file=args.test, device=str(device))
+            rows.append(
+                {
+                    "date": time.strftime("%Y-%m-%d"),
+                    "preset": args.preset,
+                    "overrides": " ".join(args.set),
+                    "seed": seed,
+                    **{k: round(v, 4) for k, v in metrics.items()},
+                    "best_step": (summary["best"] or {}).get("step"),
+                    "steps": summary["steps"],
+                    "train_time_s": summary["train_time_s"],
+                    "wall_time_s": summary["wall_time_s"],
+                    "tokens_per_s": round(summary["tokens_per_s"]),
+                    "hardware": summary["hardware"].get(
+                        "gpu", f"cpu x{summary['hardware']['torch_threads']}"
+                    ),
+                }
+            )
+            print(json.dumps(rows[-1]), flush=True)
+    results = Path(args.results)
+    new = not results.exists()
+    results.parent.mkdir(parents=True, exist_ok=True)
+    with open(results, "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)
+    for key in ("mlm_accuracy", "mlm_perplexity", "nsp_accuracy"):
+        values = [r[key] for r in rows]
+        spread = statistics.stdev(values) if len(values) > 1 else 0.0
+        print(f"{key}: mean {statistics.mean(values):.4f}  std {spread:.4f}  over seeds {args.seeds}")
+
+
+if __name__ == "__main__":
+    main()
