@@ -4,7 +4,8 @@ Writes are atomic at the directory level: everything goes to a sibling temporary
 renamed into place. Replacing an existing checkpoint takes two renames (old -> `NAME.old`, new -> `NAME`);
 if the process dies between them, the next save or load finds `NAME.old` and restores it, so an interrupted
 save never destroys the previous good checkpoint. Weights are read through safetensors and trainer state with
-`torch.load(weights_only=True)`: nothing in a checkpoint is unpickled.
+`torch.load(weights_only=True)`: nothing in a checkpoint is unpickled. A temporary directory left by a
+process killed mid-write is removed by the next save of the same checkpoint.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +43,40 @@ def _recover(directory: Path) -> None:
             os.replace(old, directory)
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def _remove_stale_temporaries(directory: Path) -> None:
+    """Delete `.NAME.tmp-PID` directories whose writer no longer runs (it was killed mid-write)."""
+    for stale in directory.parent.glob(f".{directory.name}.tmp-*"):
+        pid = stale.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _test_pause(directory: Path) -> None:
+    """Fault-injection hook for the tests: NANOBERT_TEST_SLOW_SAVE=NAME:SECONDS sleeps half way through
+    writing a checkpoint named NAME that replaces an existing one, so a test can kill -9 the writer there."""
+    spec = os.environ.get("NANOBERT_TEST_SLOW_SAVE")
+    if spec:
+        name, _, seconds = spec.rpartition(":")
+        if name == directory.name and directory.exists():
+            time.sleep(float(seconds))
+
+
 def write_atomically(directory: str | Path, write: Any) -> Path:
     """Call `write(tmp_dir)` to fill a fresh temporary directory, then swap it in at `directory`."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     _recover(directory)
+    _remove_stale_temporaries(directory)
     tmp = directory.with_name(f".{directory.name}.tmp-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -90,6 +121,7 @@ def save_checkpoint(
 
     def write(tmp: Path) -> None:
         (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
+        _test_pause(Path(directory))
         save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
         if tokenizer is not None:
             save_tokenizer(tokenizer, tmp)

@@ -43,6 +43,11 @@ def _add_pretrain(sub) -> None:
     p.add_argument("--train", help="training text file (overrides --data)")
     p.add_argument("--valid", help="held-out text file for evaluation")
     p.add_argument(
+        "--prepared",
+        metavar="DIR",
+        help="stream a corpus tokenized by `nanobert prepare` (instead of --data/--train)",
+    )
+    p.add_argument(
         "--preset",
         help="model/recipe preset (default: toy for --data toy, else mini on CPU and "
         "small on GPU); see `nanobert presets`",
@@ -100,11 +105,14 @@ def _cmd_pretrain(args) -> int:
             data=args.data or sources.data,
             train_file=args.train or sources.train_file,
             valid_file=args.valid or sources.valid_file,
+            prepared=args.prepared or sources.prepared,
         )
         out = Path(args.out) if args.out else Path(args.resume).resolve().parent
         preset = args.preset
     else:
-        data = args.data or (None if args.train else DEFAULT_DATA)
+        if args.prepared and (args.data or args.train):
+            raise NanobertError("--prepared replaces --data and --train; pass only one of them")
+        data = args.data or (None if args.train or args.prepared else DEFAULT_DATA)
         device = resolve_device(train_over.get("device", "auto"))
         preset = args.preset or ("toy" if data == "toy" else "mini" if device.type == "cpu" else "small")
         model_config, train_config = build_configs(preset, model_over, train_over)
@@ -123,7 +131,7 @@ def _cmd_pretrain(args) -> int:
                 f"preset {preset!r} on {device.type} for {length} "
                 "(choose with --preset and --max-steps/--epochs/--time-budget)"
             )
-        sources = DataSources(data=data, train_file=args.train, valid_file=args.valid)
+        sources = DataSources(data=data, train_file=args.train, valid_file=args.valid, prepared=args.prepared)
         out = Path(args.out) if args.out else Path("runs") / f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
     summary = pretrain(
         model_config,
@@ -138,6 +146,8 @@ def _cmd_pretrain(args) -> int:
         announce=announce,
         quiet=args.quiet,
     )
+    if summary.get("rank", 0):  # under torchrun, rank 0 alone prints the result
+        return 0
     _print_json(
         {
             "out": str(out),
@@ -148,6 +158,58 @@ def _cmd_pretrain(args) -> int:
             "train_time_s": summary["train_time_s"],
         }
     )
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------------
+# prepare
+
+
+def _add_prepare(sub) -> None:
+    p = sub.add_parser(
+        "prepare",
+        help="tokenize a corpus once into memory-mapped shards for `pretrain --prepared`",
+        description="Tokenize a corpus of any size once into memory-mapped token and boundary files, which "
+        "`nanobert pretrain --prepared DIR` streams with bounded memory.",
+    )
+    p.add_argument(
+        "--data",
+        required=True,
+        help="a text file, a directory of WikiText files (its valid split comes along), toy, or a "
+        "WikiText name on the Hugging Face hub",
+    )
+    p.add_argument("--valid", metavar="FILE", help="held-out text file, stored as the valid split")
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--tokenizer", metavar="DIR", help="use the tokenizer saved in DIR instead of training")
+    p.add_argument("--vocab-size", type=int, default=8192, help="WordPiece size to train (default 8192)")
+    p.add_argument("--min-frequency", type=int, default=2, help="occurrences a piece needs (default 2)")
+    p.add_argument(
+        "--tokenizer-sample-words",
+        type=int,
+        default=10_000_000,
+        metavar="N",
+        help="train the tokenizer on the documents holding the first N words (default 10M)",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace DIR if it exists")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=_cmd_prepare)
+
+
+def _cmd_prepare(args) -> int:
+    from nanobert.prepare import prepare_corpus
+
+    meta = prepare_corpus(
+        args.data,
+        args.out,
+        valid=args.valid,
+        tokenizer_dir=args.tokenizer,
+        vocab_size=args.vocab_size,
+        min_frequency=args.min_frequency,
+        sample_words=args.tokenizer_sample_words,
+        overwrite=args.overwrite,
+        quiet=args.quiet,
+    )
+    _print_json({"out": args.out, **meta})
     return 0
 
 
@@ -561,6 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_pretrain(sub)
+    _add_prepare(sub)
     _add_evaluate(sub)
     _add_presets(sub)
     _add_finetune(sub)

@@ -113,6 +113,7 @@ class TrainConfig:
     eval_batch_size: int = 64
     eval_seed: int = 0  # fixed masking seed for held-out metrics, so every evaluation masks the same way
     log_interval: int = 20
+    checkpoint_interval: int | None = None  # steps between resumable last/ saves; None: at every evaluation
     early_stopping_patience: int | None = None  # evaluations without a new best before stopping
     # hardware
     device: str = "auto"
@@ -136,6 +137,11 @@ class TrainConfig:
             ("warmup_ratio", 0.0 <= self.warmup_ratio < 1.0, "in [0, 1)"),
             ("eval_interval", self.eval_interval >= 1, "at least 1"),
             ("log_interval", self.log_interval >= 1, "at least 1"),
+            (
+                "checkpoint_interval",
+                self.checkpoint_interval is None or self.checkpoint_interval >= 1,
+                "at least 1 (or None)",
+            ),
             ("vocab_size", self.vocab_size > 5, "larger than the 5 special tokens"),
             ("max_steps", self.max_steps is None or self.max_steps >= 1, "at least 1"),
             ("epochs", self.epochs is None or self.epochs > 0, "positive"),

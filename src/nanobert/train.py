@@ -10,6 +10,20 @@ happens only at log and evaluation intervals.
 Reproducibility: everything random flows from `seed`: the model init and dropout (torch's global RNG), the
 NSP instances and batch order (pure functions of (seed, epoch)), and the masking (the collator's own
 generator). A checkpoint stores the data position and all RNG states, so `--resume` continues the exact run.
+
+Data parallelism (`torchrun --nproc_per_node N -m nanobert pretrain ...`, one or many machines): `batch_size`
+is the *global* batch. Every process builds the same global batches (same seeds) and masks them with the same
+collator, then trains on its strided share of the rows; each process's MLM and NSP means are weighted by its
+share of the batch's masked tokens and rows, so DistributedDataParallel's averaged gradient is exactly the
+gradient of the global batch's loss. A run therefore means the same thing on 1 or N processes (the same
+learning rate for the same batch_size x grad_accum_steps, the same steps per epoch, the same losses up to
+float rounding); more processes make each step faster, not bigger. Only rank 0 evaluates, logs and writes
+checkpoints; a checkpoint holds every rank's RNG state and resumes on any number of processes.
+
+Faults: SIGINT/SIGTERM stop at the next step with a resumable last/ (saved at once, then again after the
+final evaluation); last/ is also saved at every evaluation (or every `checkpoint_interval` steps); writes
+are atomic, so a kill -9 mid-write leaves the previous checkpoint loadable; a non-finite loss or weight
+stops the run with an error *before* anything is saved, so the last good checkpoint stays as it was.
 """
 
 from __future__ import annotations
@@ -39,10 +53,19 @@ from nanobert.checkpoint import (
 )
 from nanobert.config import ModelConfig, TrainConfig, config_from_dict
 from nanobert.corpus import Document, load_documents
+from nanobert.distributed import Distributed, from_environment
 from nanobert.errors import NanobertError
 from nanobert.evaluate import evaluate_model, prepare_eval_batches, tokenize_documents
 from nanobert.model import BertForPreTraining, decay_parameter_groups
-from nanobert.pretraining_data import MaskingCollator, batches, create_instances, masked_positions
+from nanobert.prepare import PreparedCorpus, PreparedSplit, WindowedInstances
+from nanobert.pretraining_data import (
+    IGNORE_INDEX,
+    Instance,
+    MaskingCollator,
+    batches,
+    create_instances,
+    masked_positions,
+)
 from nanobert.tokenizer import load_tokenizer, train_tokenizer
 
 DEFAULT_DATA = "wikitext-2-raw-v1"
@@ -81,9 +104,10 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     return None
 
 
-def hardware_description(device: torch.device) -> dict[str, Any]:
+def hardware_description(device: torch.device, world_size: int = 1) -> dict[str, Any]:
     info = {
         "device": device.type,
+        "world_size": world_size,
         "torch": torch.__version__,
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
@@ -105,6 +129,7 @@ class DataSources:
     data: str | None = DEFAULT_DATA
     train_file: str | None = None
     valid_file: str | None = None
+    prepared: str | None = None  # a directory written by `nanobert prepare` (then data/train_file are unused)
 
     def load(self) -> tuple[list[Document], list[Document], str]:
         """(train documents, held-out documents, a note on where the held-out split came from)."""
@@ -139,18 +164,22 @@ def _HF_NAMES() -> tuple[str, ...]:
 MLM_POSITIONS_MULTIPLE = 64  # masked-position count padded to this, so compiled shapes stay few
 
 
-class BatchStream:
-    """Endless pre-collated training batches: epoch after epoch of fresh NSP instances and masks.
+class CorpusInstances:
+    """A tokenized corpus held in memory; each epoch is one window holding all of it.
 
-    Its position (epoch, index) plus the collator's generator state is all a resume needs.
+    The in-memory twin of `prepare.WindowedInstances` (same interface), for corpora that fit in RAM.
     """
 
-    def __init__(self, tokenized: list[list[list[int]]], cfg: TrainConfig, collator: MaskingCollator):
-        self.tokenized, self.cfg, self.collator = tokenized, cfg, collator
-        self.epoch, self.index = 0, 0
-        self._epoch_batches: list | None = None
+    def __init__(self, tokenized: list[list[list[int]]], cfg: TrainConfig):
+        self.tokenized, self.cfg = tokenized, cfg
 
-    def _load_epoch(self) -> list:
+    def num_windows(self, epoch: int) -> int:
+        return 1
+
+    def window_fraction(self, epoch: int, window: int) -> float:
+        return 1.0
+
+    def batches(self, epoch: int, window: int) -> list[list[Instance]]:
         cfg = self.cfg
         instances = [
             inst
@@ -159,28 +188,86 @@ class BatchStream:
                 self.tokenized,
                 cfg.max_seq_len,
                 seed=cfg.seed,
-                epoch=self.epoch * cfg.dupe_factor + dupe,
+                epoch=epoch * cfg.dupe_factor + dupe,
                 short_seq_prob=cfg.short_seq_prob,
             )
         ]
-        return batches(
-            instances, cfg.batch_size, seed=cfg.seed, epoch=self.epoch, bucket=cfg.bucket_by_length
-        )
+        return batches(instances, cfg.batch_size, seed=cfg.seed, epoch=epoch, bucket=cfg.bucket_by_length)
+
+
+def shard_batch(batch: dict[str, torch.Tensor], rank: int, world_size: int) -> dict[str, torch.Tensor]:
+    """This rank's rows of a collated global batch, plus `loss_share` (2,): its share of the global loss.
+
+    Rank r takes rows r, r + world_size, ... (strided, so length-bucketed rows spread evenly).
+    `loss_share` is (this rank's masked tokens / the batch's, its rows / the batch's): the rank's mean MLM and
+    NSP losses times these shares sum over ranks to the global batch's means, so with the sum scaled by
+    world_size, DDP's averaged gradient is the global batch's gradient. A rank left without rows (a final
+    batch smaller than the world) trains on row 0 with share 0, so it still joins the gradient all-reduce.
+    A single process gets the whole batch with shares (1, 1).
+    """
+    if world_size == 1:
+        batch["loss_share"] = torch.ones(2)
+        return batch
+    rows = batch["input_ids"].shape[0]
+    mine = torch.arange(rows)[rank::world_size]
+    masked = batch["labels"] != IGNORE_INDEX
+    if len(mine) == 0:
+        mine, share = torch.zeros(1, dtype=torch.long), torch.zeros(2)
+    else:
+        mlm_share = int(masked[mine].sum()) / max(int(masked.sum()), 1)
+        share = torch.tensor([mlm_share, len(mine) / rows])
+    out = {k: v.index_select(0, mine) for k, v in batch.items()}
+    out["loss_share"] = share
+    return out
+
+
+class BatchStream:
+    """Endless pre-collated training batches: epoch after epoch of fresh NSP instances and masks.
+
+    `source` is a tokenized corpus (a list, see `CorpusInstances`) or a `WindowedInstances` over a prepared
+    corpus; an epoch is its windows in turn. With `world_size > 1` every rank walks the same global batches
+    and keeps its share (`shard_batch`). Its position (epoch, window, index) plus the collator's generator
+    state is all a resume needs.
+    """
+
+    def __init__(
+        self,
+        source: list[list[list[int]]] | Any,
+        cfg: TrainConfig,
+        collator: MaskingCollator,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
+        self.source = CorpusInstances(source, cfg) if isinstance(source, list) else source
+        self.cfg, self.collator, self.rank, self.world_size = cfg, collator, rank, world_size
+        self.epoch, self.window, self.index = 0, 0, 0
+        self._batches: list | None = None
+
+    def _load(self) -> list:
+        if self._batches is None:
+            self._batches = self.source.batches(self.epoch, self.window)
+        return self._batches
 
     def batches_per_epoch(self) -> int:
-        if self._epoch_batches is None:
-            self._epoch_batches = self._load_epoch()
-        return len(self._epoch_batches)
+        """Exact for an in-memory corpus; for a prepared one, estimated from the current window's share."""
+        n = len(self._load())
+        return max(1, round(n / self.source.window_fraction(self.epoch, self.window)))
+
+    def epochs_done(self, state: dict[str, Any]) -> float:
+        """Epochs completed at data position `state` (windows counted as equal parts of an epoch)."""
+        windows = self.source.num_windows(state["epoch"])
+        within = state["index"] / max(len(self._load()), 1)
+        return state["epoch"] + (state.get("window", 0) + within) / windows
 
     def next(self) -> dict[str, torch.Tensor]:
         """The next batch, ready for the device: collated, masked, with `mlm_positions` computed here."""
-        if self._epoch_batches is None:
-            self._epoch_batches = self._load_epoch()
-        if self.index >= len(self._epoch_batches):
-            self.epoch, self.index = self.epoch + 1, 0
-            self._epoch_batches = self._load_epoch()
-        batch = self.collator(self._epoch_batches[self.index])
+        while self.index >= len(self._load()):
+            self.window, self.index, self._batches = self.window + 1, 0, None
+            if self.window >= self.source.num_windows(self.epoch):
+                self.epoch, self.window = self.epoch + 1, 0
+        batch = self.collator(self._load()[self.index])
         self.index += 1
+        batch = shard_batch(batch, self.rank, self.world_size)
         batch["mlm_positions"] = masked_positions(batch["labels"], MLM_POSITIONS_MULTIPLE)
         if bool(batch["attention_mask"].all()):
             # No padding: no mask, which lets SDPA use its fastest (flash) kernel. Decided here, on the host.
@@ -188,11 +275,17 @@ class BatchStream:
         return batch
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "index": self.index, "collator": self.collator.state_dict()}
+        return {
+            "epoch": self.epoch,
+            "window": self.window,
+            "index": self.index,
+            "collator": self.collator.state_dict(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch, self.index = int(state["epoch"]), int(state["index"])
-        self._epoch_batches = None
+        self.window = int(state.get("window", 0))  # checkpoints from before windows had one per epoch
+        self._batches = None
         self.collator.load_state_dict(state["collator"])
 
 
@@ -270,12 +363,15 @@ def word_start_table(tokenizer: Any, vocab_size: int) -> torch.Tensor:
 class RunLog:
     """metrics.jsonl plus human-readable progress on stderr (a tqdm bar on a terminal, plain lines otherwise).
 
-    Progress goes to stderr so that stdout carries only the command's result (JSON).
+    Progress goes to stderr so that stdout carries only the command's result (JSON). With `write=False` (the
+    other ranks of a data-parallel run) nothing is written at all.
     """
 
-    def __init__(self, out_dir: Path, total_steps: int | None, start_step: int, quiet: bool = False):
+    def __init__(
+        self, out_dir: Path, total_steps: int | None, start_step: int, quiet: bool = False, write: bool = True
+    ):
         self.path = out_dir / "metrics.jsonl"
-        self.quiet = quiet
+        self.quiet, self.write = quiet or not write, write
         self.bar = None
         if not quiet and sys.stderr.isatty():
             from tqdm.auto import tqdm
@@ -284,7 +380,7 @@ class RunLog:
 
     def truncate_after(self, step: int) -> None:
         """Drop records past `step` (a resumed run rewrites them)."""
-        if not self.path.exists():
+        if not self.write or not self.path.exists():
             return
         kept = [
             line
@@ -294,6 +390,8 @@ class RunLog:
         self.path.write_text("".join(line + "\n" for line in kept))
 
     def record(self, entry: dict[str, Any]) -> None:
+        if not self.write:
+            return
         with open(self.path, "a") as f:
             f.write(json.dumps(entry) + "\n")
 
@@ -328,8 +426,11 @@ class RunLog:
             self.bar.close()
 
 
-def prepare_out_dir(out_dir: Path, overwrite: bool, resuming_inside: bool) -> None:
-    """Refuse to mix two runs in one directory unless asked; never delete anything before that check."""
+def prepare_out_dir(out_dir: Path, overwrite: bool, resuming_inside: bool, create: bool = True) -> None:
+    """Refuse to mix two runs in one directory unless asked; never delete anything before that check.
+
+    `create=False` only checks (the other ranks of a data-parallel run; rank 0 clears and creates).
+    """
     artefacts = [out_dir / n for n in ("metrics.jsonl", "best", "last", "summary.json")]
     if resuming_inside:
         return
@@ -337,11 +438,13 @@ def prepare_out_dir(out_dir: Path, overwrite: bool, resuming_inside: bool) -> No
         if not overwrite:
             raise NanobertError(
                 f"{out_dir} already holds a run; pass --overwrite to replace it, "
-                "--resume {out_dir}/last to continue it, or choose another --out"
+                f"--resume {out_dir}/last to continue it, or choose another --out"
             )
         for name in ("metrics.jsonl", "summary.json", "curves.png"):
-            (out_dir / name).unlink(missing_ok=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
+            if create:
+                (out_dir / name).unlink(missing_ok=True)
+    if create:
+        out_dir.mkdir(parents=True, exist_ok=True)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -362,16 +465,115 @@ class RunState:
     history: list[dict] = field(default_factory=list)
 
 
-def _trainer_state(optimizer, data_state: dict, run: RunState, device: torch.device) -> dict:
+def _rng_state(device: torch.device) -> dict[str, Any]:
+    """This process's torch RNG states (dropout draws from them)."""
+    state = {"torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def _trainer_state(optimizer, data_state: dict, run: RunState, rng_states: list[dict[str, Any]]) -> dict:
+    """What a resume needs besides the weights; `rng_states` holds one entry per rank."""
     state = {
         "optimizer": optimizer.state_dict(),
         "data": data_state,
         "run": dataclasses.asdict(run),  # plain numbers and dicts: loadable with weights_only=True
-        "rng": {"torch": torch.get_rng_state(), "python": list(random.getstate()[1])},
+        "rng": {**rng_states[0], "python": list(random.getstate()[1])},
     }
-    if device.type == "cuda":
-        state["rng"]["cuda"] = torch.cuda.get_rng_state(device)
+    if len(rng_states) > 1:
+        state["rng"]["ranks"] = rng_states
     return state
+
+
+def _restore_rng(state: dict, ctx: Distributed, device: torch.device, seed: int, step: int) -> None:
+    """Each rank's RNG states from a checkpoint; a rank the checkpoint did not have gets a fresh stream."""
+    ranks = state.get("ranks")
+    mine = ranks[ctx.rank] if ranks and len(ranks) == ctx.world_size else state
+    torch.set_rng_state(mine["torch"])
+    random.setstate((3, tuple(state["python"]), None))
+    if device.type == "cuda" and "cuda" in mine:
+        torch.cuda.set_rng_state(mine["cuda"], device)
+    if mine is state and ctx.rank > 0:  # resumed on more processes than saved: distinct dropout per rank
+        torch.manual_seed(seed + 7919 * ctx.rank + step)
+
+
+def _new_run_tokenizer(
+    ctx: Distributed,
+    cfg: TrainConfig,
+    train_docs: list[Document] | None,
+    prepared: PreparedCorpus | None,
+    tokenizer_dir: str | Path | None,
+) -> Any:
+    """The tokenizer of a fresh run: the prepared corpus's, a saved one, or one trained on the train split
+    (once, on rank 0, so that every rank has the very same vocabulary)."""
+    if prepared is not None:
+        return prepared.tokenizer()
+    if tokenizer_dir is not None:
+        return load_tokenizer(tokenizer_dir)
+
+    def train() -> Any:
+        sentences = (s for d in train_docs or [] for s in d)
+        return train_tokenizer(sentences, cfg.vocab_size, min_frequency=cfg.tokenizer_min_frequency)
+
+    if not ctx.enabled:
+        return train()
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_str(ctx.on_main(lambda: train().to_str()))
+
+
+def _prepared_data(
+    prepared: PreparedCorpus,
+    train_split: PreparedSplit,
+    tokenizer: Any,
+    cfg: TrainConfig,
+    sources: DataSources,
+) -> tuple[WindowedInstances, list[list[list[int]]], str]:
+    """(the windowed training source, the tokenized held-out documents, a note on where they came from)."""
+    if tokenizer.get_vocab() != prepared.tokenizer().get_vocab():
+        raise NanobertError(
+            f"the checkpoint's tokenizer differs from the one in {sources.prepared}; "
+            "resume with the prepared corpus it was trained on"
+        )
+    if sources.valid_file:
+        valid = tokenize_documents(tokenizer, load_documents(sources.valid_file, split="valid"))
+        note = f"held out: {sources.valid_file}"
+    elif prepared.has_split("valid"):
+        valid, note = list(prepared.split("valid")), f"held out: the valid split of {sources.prepared}"
+    else:
+        raise NanobertError(
+            f"{sources.prepared} has no valid split; pass --valid FILE (to pretrain, or to prepare)"
+        )
+    return WindowedInstances(train_split, cfg), valid, note
+
+
+class _SignalRecorder:
+    """Records SIGINT and SIGTERM instead of acting on them, from `install()` until `restore()`."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.previous: dict[int, Any] = {}
+
+    def _record(self, signum, _frame) -> None:
+        self.received.append(signum)
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self.previous[sig] = signal.signal(sig, self._record)
+            except ValueError:  # not the main thread (e.g. called from a worker thread): no handler
+                pass
+
+    def restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        self.previous.clear()
+
+
+def _all_finite(model: torch.nn.Module) -> bool:
+    """Whether every weight is finite (one host sync, done only before evaluating or saving)."""
+    return bool(torch.stack([p.detach().isfinite().all() for p in model.parameters()]).all())
 
 
 def pretrain(
@@ -395,14 +597,60 @@ def pretrain(
     steps). `stop_after` ends the run after that many total steps without changing its schedule.
     `tokenizer_dir` reuses a saved tokenizer instead of training one: Hugging Face's WordPiece trainer breaks
     ties by hash order, so two trainings on one corpus now and then differ in a few rare pieces; sharing a
-    tokenizer makes separate runs (and ablations) exactly comparable.
-    Returns the summary dict (also written to summary.json).
+    tokenizer makes separate runs (and ablations) exactly comparable. `sources.prepared` streams a corpus
+    written by `nanobert prepare` (its tokenizer comes with it).
+
+    Under torchrun (WORLD_SIZE > 1 in the environment) this runs data-parallel; see the module docstring.
+    Returns the summary dict (also written to summary.json, by rank 0).
     """
+    ctx, device = from_environment(resolve_device(train_config.device))
+    signals = _SignalRecorder()
+    try:
+        return _pretrain(
+            ctx,
+            device,
+            signals,
+            model_config,
+            train_config,
+            sources,
+            Path(out_dir),
+            resume=resume,
+            stop_after=stop_after,
+            overwrite=overwrite,
+            preset=preset,
+            tokenizer_dir=tokenizer_dir,
+            announce=announce,
+            quiet=quiet,
+        )
+    finally:
+        signals.restore()
+        ctx.close()
+
+
+def _pretrain(
+    ctx: Distributed,
+    device: torch.device,
+    signals: _SignalRecorder,
+    model_config: ModelConfig,
+    cfg: TrainConfig,
+    sources: DataSources,
+    out_dir: Path,
+    *,
+    resume: str | Path | None,
+    stop_after: int | None,
+    overwrite: bool,
+    preset: str | None,
+    tokenizer_dir: str | Path | None,
+    announce: str | None,
+    quiet: bool,
+) -> dict[str, Any]:
     wall_start = time.perf_counter()
-    out_dir = Path(out_dir)
-    cfg = train_config
-    device = resolve_device(cfg.device)
     amp_dtype = autocast_dtype(cfg.precision, device)
+    if cfg.batch_size < ctx.world_size:
+        raise NanobertError(
+            f"batch_size {cfg.batch_size} is the global batch and must be at least the number of processes "
+            f"({ctx.world_size})"
+        )
 
     # --- setup: output directory, seeds, data, tokenizer, model, optimizer
     resume_state = None
@@ -410,24 +658,28 @@ def pretrain(
         resume = Path(resume)
         read_config(resume)
         resume_state = load_trainer_state(resume)
-    prepare_out_dir(out_dir, overwrite, resuming_inside=resume is not None)
+    prepare_out_dir(out_dir, overwrite, resuming_inside=resume is not None, create=ctx.is_main)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
 
-    train_docs, valid_docs, held_out_note = sources.load()
+    prepared = PreparedCorpus(sources.prepared) if sources.prepared else None
+    if prepared is not None:
+        if tokenizer_dir is not None:
+            raise NanobertError(
+                "--tokenizer cannot be combined with --prepared: the prepared corpus holds one"
+            )
+        train_split = prepared.split("train")
+        train_docs = None
+        n_docs, n_sentences = len(train_split), train_split.num_sentences()
+    else:
+        train_docs, valid_docs, held_out_note = sources.load()
+        n_docs, n_sentences = len(train_docs), sum(map(len, train_docs))
     if resume is not None:
         tokenizer = load_tokenizer(resume)
         model, _ = load_pretraining_checkpoint(resume, map_location=device)
         model_config = model.config
     else:
-        if tokenizer_dir is not None:
-            tokenizer = load_tokenizer(tokenizer_dir)
-        else:
-            tokenizer = train_tokenizer(
-                (s for d in train_docs for s in d),
-                vocab_size=cfg.vocab_size,
-                min_frequency=cfg.tokenizer_min_frequency,
-            )
+        tokenizer = _new_run_tokenizer(ctx, cfg, train_docs, prepared, tokenizer_dir)
         model_config = dataclasses.replace(model_config, vocab_size=tokenizer.get_vocab_size())
         if cfg.max_seq_len > model_config.max_position_embeddings:
             raise NanobertError(
@@ -435,11 +687,19 @@ def pretrain(
                 f"{model_config.max_position_embeddings}"
             )
         model = BertForPreTraining(model_config).to(device)
+    if ctx.rank > 0:  # the same initial weights everywhere, but each rank its own dropout
+        torch.manual_seed(cfg.seed + 7919 * ctx.rank)
     vocab_size = model_config.vocab_size
-    train_tok = tokenize_documents(tokenizer, train_docs)
-    valid_tok = tokenize_documents(tokenizer, valid_docs)
-    eval_batches = prepare_eval_batches(
-        valid_tok, cfg.max_seq_len, cfg.eval_batch_size, vocab_size, cfg.eval_seed
+    if prepared is not None:
+        source, valid_tok, held_out_note = _prepared_data(prepared, train_split, tokenizer, cfg, sources)
+    else:
+        source = tokenize_documents(tokenizer, train_docs)
+        valid_tok = tokenize_documents(tokenizer, valid_docs)
+    eval_batches: list[dict[str, torch.Tensor]] = []  # only rank 0 evaluates
+    ctx.on_main(
+        lambda: eval_batches.extend(
+            prepare_eval_batches(valid_tok, cfg.max_seq_len, cfg.eval_batch_size, vocab_size, cfg.eval_seed)
+        )
     )
     word_start = word_start_table(tokenizer, vocab_size) if cfg.whole_word_mask else None
     collator = MaskingCollator(
@@ -451,7 +711,7 @@ def pretrain(
         whole_word_mask=cfg.whole_word_mask,
         word_start=word_start,
     )
-    stream = BatchStream(train_tok, cfg, collator)
+    stream = BatchStream(source, cfg, collator, ctx.rank, ctx.world_size)
 
     optimizer = torch.optim.AdamW(
         decay_parameter_groups(model, cfg.weight_decay),
@@ -465,10 +725,7 @@ def pretrain(
         optimizer.load_state_dict(resume_state["optimizer"])
         stream.load_state_dict(resume_state["data"])
         run = RunState(**resume_state["run"])
-        torch.set_rng_state(resume_state["rng"]["torch"])
-        random.setstate((3, tuple(resume_state["rng"]["python"]), None))
-        if device.type == "cuda" and "cuda" in resume_state["rng"]:
-            torch.cuda.set_rng_state(resume_state["rng"]["cuda"], device)
+        _restore_rng(resume_state["rng"], ctx, device, cfg.seed, run.step)
     # The plan: a step count (max_steps, or epochs x batches per epoch), or a time budget.
     steps_per_epoch = max(1, stream.batches_per_epoch() // cfg.grad_accum_steps)
     if cfg.max_steps is not None:
@@ -482,33 +739,64 @@ def pretrain(
         run.total_steps = None
 
     train_model = torch.compile(model) if cfg.compile else model  # keep `model` unwrapped for saving
-    log = RunLog(out_dir, run.total_steps, run.step, quiet)
+    if ctx.enabled:
+        from torch.nn.parallel import DistributedDataParallel
+
+        train_model = DistributedDataParallel(
+            train_model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    log = RunLog(out_dir, run.total_steps, run.step, quiet, write=ctx.is_main)
     log.truncate_after(run.step)
     n_params = sum(p.numel() for p in model.parameters())
     plan = f"{run.total_steps} steps" if run.total_steps else f"a {time_budget:.0f} s time budget"
     if announce:
         log.say(f"nanobert: {announce}")
     log.say(
-        f"nanobert: {n_params / 1e6:.2f}M parameters, vocab {vocab_size}, {len(train_docs)} train documents "
-        f"({sum(map(len, train_docs))} sentences), {steps_per_epoch} steps/epoch; {held_out_note}"
+        f"nanobert: {n_params / 1e6:.2f}M parameters, vocab {vocab_size}, {n_docs} train documents "
+        f"({n_sentences} sentences), {steps_per_epoch} steps/epoch; {held_out_note}"
     )
+    where = f"{ctx.world_size} processes on {device.type}" if ctx.enabled else str(device)
     log.say(
-        f"nanobert: training on {device} for {plan}" + (f", resuming at step {run.step}" if run.step else "")
+        f"nanobert: training on {where} for {plan}" + (f", resuming at step {run.step}" if run.step else "")
     )
     extra = {"data": dataclasses.asdict(sources), "preset": preset}
+    saved = (resume, run.step) if resume is not None else None  # the last good last/ checkpoint
 
-    def save(name: str) -> None:
-        save_checkpoint(
-            out_dir / name,
-            model,
-            cfg,
-            tokenizer,
-            _trainer_state(optimizer, data_state, run, device),
-            extra={**extra, "step": run.step},
+    def diverged(what: str) -> NanobertError:
+        kept = (
+            f"the last good checkpoint ({saved[0]}, step {saved[1]}) is kept"
+            if saved is not None
+            else "no checkpoint had been written yet"
+        )
+        return NanobertError(
+            f"training diverged at step {run.step} ({what}); stopped without saving, so {kept}; "
+            f"lower learning_rate (--set learning_rate=...) and resume or restart"
         )
 
+    def save(name: str) -> None:
+        nonlocal saved
+        if not _all_finite(model):  # never let a diverged model overwrite a good checkpoint
+            raise diverged("non-finite weights")
+        rng_states = ctx.gather(_rng_state(device))
+        if ctx.is_main:
+            save_checkpoint(
+                out_dir / name,
+                model,
+                cfg,
+                tokenizer,
+                _trainer_state(optimizer, data_state, run, rng_states),
+                extra={**extra, "step": run.step},
+            )
+        ctx.barrier()
+        if name == "last":
+            saved = (out_dir / "last", run.step)
+
     def evaluate() -> dict[str, float]:
-        metrics = evaluate_model(model, eval_batches, device, amp_dtype)
+        if not _all_finite(model):
+            raise diverged("non-finite weights")
+        metrics = ctx.on_main(lambda: evaluate_model(model, eval_batches, device, amp_dtype))
+        if not math.isfinite(metrics["mlm_loss"]):
+            raise diverged(f"held-out mlm_loss {metrics['mlm_loss']}")
         log.record({"split": "valid", "step": run.step, **metrics})
         run.history.append({"step": run.step, **metrics})
         log.say(f"eval step {run.step}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
@@ -519,18 +807,10 @@ def pretrain(
             run.evals_since_best += 1
         return metrics
 
-    # SIGINT / SIGTERM end the run at the next step boundary with a resumable last/ checkpoint.
-    interrupted: list[int] = []
-    previous_handlers = {}
-
-    def on_signal(signum, _frame):
-        interrupted.append(signum)
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            previous_handlers[sig] = signal.signal(sig, on_signal)
-        except ValueError:  # not the main thread (e.g. called from a worker thread): no handler
-            pass
+    # SIGINT / SIGTERM end the run at the next step boundary with a resumable last/ checkpoint. From here to
+    # the end of the run they are only recorded (so one during the final save cannot cut it short).
+    signals.install()
+    interrupted = signals.received
 
     # --- the loop
     model.train()
@@ -545,9 +825,15 @@ def pretrain(
     loop_start, train_time_before, loop_start_step = time.perf_counter(), run.train_time, run.step
     last_metrics: dict[str, float] | None = None
     stop_reason = "finished"
+    signalled = False
+    checkpoint_interval = cfg.checkpoint_interval or cfg.eval_interval
     try:
         while True:
             elapsed = train_time_before + time.perf_counter() - loop_start
+            signalled = bool(interrupted)
+            if ctx.enabled:  # one decision for all ranks: clocks and signals differ between processes
+                elapsed, agreed = ctx.agree_max([elapsed, float(signalled)])
+                signalled = agreed > 0
             if run.total_steps is not None and run.step >= run.total_steps:
                 break
             if time_budget is not None and elapsed >= time_budget:
@@ -555,27 +841,35 @@ def pretrain(
             if stop_after is not None and run.step >= stop_after:
                 stop_reason = "stopped after --stop-after"
                 break
-            if interrupted:
-                stop_reason = f"interrupted by signal {interrupted[0]}"
+            if signalled:
+                stop_reason = f"interrupted by signal {interrupted[0] if interrupted else 'on another rank'}"
                 break
             # learning rate for this step, from the fraction of the plan done
             progress = (run.step + 1) / run.total_steps if run.total_steps else elapsed / time_budget
             lr = cfg.learning_rate * lr_multiplier(progress, cfg.warmup_ratio, cfg.min_lr_ratio)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            # forward and backward over grad_accum_steps micro-batches
-            for _ in range(cfg.grad_accum_steps):
+            # forward and backward over grad_accum_steps micro-batches (DDP all-reduces on the last only)
+            for micro in range(cfg.grad_accum_steps):
                 batch, data_state = feeder.next()
-                mask = batch.get("attention_mask")
-                window_tokens += int(mask.sum()) if mask is not None else batch["input_ids"].numel()
+                if float(batch["loss_share"][1]) > 0:  # not a placeholder row (see shard_batch)
+                    mask = batch.get("attention_mask")
+                    window_tokens += int(mask.sum()) if mask is not None else batch["input_ids"].numel()
                 batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+                share = batch.pop("loss_share")
+                last_micro = micro == cfg.grad_accum_steps - 1
+                sync = train_model.no_sync() if ctx.enabled and not last_micro else nullcontext()
                 autocast = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else nullcontext()
-                with autocast:
-                    out = train_model(**batch)
-                (out.loss / cfg.grad_accum_steps).backward()
-                loss_sum += out.loss.detach() / cfg.grad_accum_steps
-                mlm_sum += out.mlm_loss.detach() / cfg.grad_accum_steps
-                nsp_sum += out.nsp_loss.detach() / cfg.grad_accum_steps
+                with sync:
+                    with autocast:
+                        out = train_model(**batch)
+                    # this rank's part of the global batch's loss; DDP averages gradients, hence x world_size
+                    mlm, nsp = out.mlm_loss * share[0], out.nsp_loss * share[1]
+                    loss = mlm + nsp
+                    (loss * ctx.world_size / cfg.grad_accum_steps).backward()
+                loss_sum += loss.detach() / cfg.grad_accum_steps
+                mlm_sum += mlm.detach() / cfg.grad_accum_steps
+                nsp_sum += nsp.detach() / cfg.grad_accum_steps
             # clip, step, clear
             if cfg.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -587,13 +881,14 @@ def pretrain(
             now = time.perf_counter()
             is_last = run.total_steps is not None and run.step >= run.total_steps
             if run.step % cfg.log_interval == 0 or is_last or run.step == stop_after:
+                if ctx.enabled:  # the global batch's loss is the sum of the ranks' parts
+                    tokens = torch.tensor(float(window_tokens), device=device)
+                    totals = ctx.all_reduce_sum(torch.stack([loss_sum, mlm_sum, nsp_sum, tokens]))
+                    loss_sum, mlm_sum, nsp_sum = totals[0].clone(), totals[1].clone(), totals[2].clone()
+                    window_tokens = int(totals[3].item())
                 loss, mlm, nsp = (t.item() / window_steps for t in (loss_sum, mlm_sum, nsp_sum))
                 if not math.isfinite(loss):
-                    raise NanobertError(
-                        f"training diverged at step {run.step} (loss {loss}); "
-                        "the last good checkpoint is kept "
-                        f"in {out_dir}; lower learning_rate (--set learning_rate=...) and resume or restart"
-                    )
+                    raise diverged(f"loss {loss}")
                 tokens_per_s = window_tokens / max(now - window_start, 1e-9)
                 run.tokens_seen += window_tokens
                 log.record(
@@ -617,7 +912,9 @@ def pretrain(
                 window_steps, window_tokens, window_start = 0, 0, time.perf_counter()
             # evaluate and keep the best
             if run.step % cfg.eval_interval == 0:
+                eval_start = time.perf_counter()
                 last_metrics = evaluate()
+                window_start += time.perf_counter() - eval_start  # tokens/s measures training only
                 if (
                     cfg.early_stopping_patience is not None
                     and run.evals_since_best >= cfg.early_stopping_patience
@@ -626,16 +923,21 @@ def pretrain(
                         f"early stopping: no better held-out MLM loss in {run.evals_since_best} evals"
                     )
                     break
+            # a resumable last/ now and then (the end of the run writes one anyway)
             run.train_time = train_time_before + time.perf_counter() - loop_start
+            if run.step % checkpoint_interval == 0 and not is_last and run.step != stop_after:
+                save_start = time.perf_counter()
+                save("last")
+                window_start += time.perf_counter() - save_start
     finally:
         feeder.close()
-        for sig, handler in previous_handlers.items():
-            signal.signal(sig, handler)
         log.close()
     run.train_time = train_time_before + time.perf_counter() - loop_start
     run.tokens_seen += window_tokens
 
     # --- final evaluation and saving
+    if signalled:  # secure the work first: a preempted job may be killed soon after its signal
+        save("last")
     if last_metrics is None or run.history[-1]["step"] != run.step:
         last_metrics = evaluate()
     save("last")
@@ -645,7 +947,7 @@ def pretrain(
         "best": best,
         "stop_reason": stop_reason,
         "steps": run.step,
-        "epochs": data_state["epoch"] + data_state["index"] / max(stream.batches_per_epoch(), 1),
+        "epochs": stream.epochs_done(data_state),
         "train_time_s": round(run.train_time, 2),
         "wall_time_s": round(time.perf_counter() - wall_start, 2),
         "tokens_seen": run.tokens_seen,
@@ -654,10 +956,12 @@ def pretrain(
         "vocab_size": vocab_size,
         "preset": preset,
         "data": dataclasses.asdict(sources),
-        "hardware": hardware_description(device),
+        "hardware": hardware_description(device, ctx.world_size),
         "model": dataclasses.asdict(model_config),
         "train": dataclasses.asdict(cfg),
     }
+    if not ctx.is_main:  # the other ranks write nothing (and the CLI prints nothing for them)
+        return {**summary, "rank": ctx.rank}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     try:
         from nanobert.plots import plot_curves
@@ -669,7 +973,7 @@ def pretrain(
         f"nanobert: {stop_reason} at step {run.step} in {run.train_time:.0f} s "
         f"({summary['tokens_per_s']:,.0f} tokens/s); outputs in {out_dir}"
     )
-    if interrupted:
+    if signalled:
         log.say(f"nanobert: resume with: nanobert pretrain --resume {out_dir / 'last'}")
     return summary
 

@@ -1,0 +1,460 @@
+"""Prepared corpora: a corpus tokenized once into memory-mapped shards, and NSP instances streamed from them.
+
+`nanobert prepare` turns a corpus of any size into a directory that `nanobert pretrain --prepared DIR` reads
+with bounded memory, the way google-research/bert `create_pretraining_data.py` writes TFRecords once and
+Megatron-LM's `preprocess_data.py` writes an indexed binary dataset. The layout:
+
+    DIR/meta.json                 format, version, token dtype, vocabulary size, counts per split
+    DIR/tokenizer.json, vocab.txt the tokenizer (the files `save_tokenizer` writes)
+    DIR/SPLIT/tokens.bin          every sentence's token ids, concatenated (uint16, or uint32 past 65,536)
+    DIR/SPLIT/sentence_offsets.bin  int64, S + 1 entries: sentence s is tokens[off[s]:off[s + 1]]
+    DIR/SPLIT/document_offsets.bin  int64, D + 1 entries: document d is sentences doc[d] .. doc[d + 1] - 1
+
+SPLIT is `train`, plus `valid` when the source has one (a WikiText directory) or `--valid FILE` is given.
+Empty sentences and documents are dropped while writing, so every stored document has a token.
+
+Writing streams: documents are read from the text file one at a time (`iter_documents`, the same rules as
+`corpus.documents_from_lines`), tokenized in chunks and appended to the files, so memory does not grow with
+the corpus. The tokenizer is trained on a sample, the documents holding the first `sample_words` words of the
+training split (10M by default: WikiText-103 is ~100M words, and a WordPiece vocabulary of a few thousand
+pieces is settled long before that), or it is given with `tokenizer_dir`.
+
+Reading streams too: `WindowedInstances` builds each epoch's instances a window of documents at a time (a
+seeded random set of documents holding about `WINDOW_TOKENS` tokens), with google's algorithm unchanged; the
+random B of a NotNext pair comes from any document of the split, read through the offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nanobert.config import TrainConfig
+from nanobert.corpus import (
+    WIKITEXT_HF_NAMES,
+    Document,
+    _heading_level,  # the heading rule and the UTF-8 line reader of read_text_file, shared, not copied
+    _utf8_lines,
+    find_wikitext_file,
+    load_documents,
+    split_sentences,
+)
+from nanobert.errors import NanobertError
+from nanobert.pretraining_data import (
+    CLS_ID,
+    SEP_ID,
+    Instance,
+    _instances_from_document,  # google's per-document algorithm, here fed documents read from the memmap
+    batches,
+)
+from nanobert.tokenizer import encode_sentences, load_tokenizer, save_tokenizer, train_tokenizer
+
+__all__ = [
+    "DEFAULT_SAMPLE_WORDS",
+    "PreparedCorpus",
+    "PreparedSplit",
+    "WindowedInstances",
+    "iter_documents",
+    "prepare_corpus",
+]
+
+FORMAT = "nanobert-prepared"
+VERSION = 1
+META_NAME = "meta.json"
+DEFAULT_SAMPLE_WORDS = 10_000_000
+CHUNK_SENTENCES = 20_000  # sentences per encode_batch call: large enough for the Rust threads, small in RAM
+WINDOW_TOKENS = 1_000_000  # tokens of documents per instance window (~8k instances of 128, ~100 MB)
+_FILES = ("tokens.bin", "sentence_offsets.bin", "document_offsets.bin")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Reading text as a stream of documents
+
+
+def _check_text_file(path: Path) -> None:
+    """The checks of `corpus.read_text_file`: present, a file, not binary."""
+    if not path.exists():
+        raise NanobertError(f"no such file: {path}; check the path")
+    if path.is_dir():
+        raise NanobertError(f"{path} is a directory; pass a text file or a directory of WikiText files")
+    with path.open("rb") as file:
+        if b"\0" in file.read(8192):
+            raise NanobertError(f"{path} looks like a binary file (it has NUL bytes); pass a UTF-8 text file")
+
+
+def _has_title(path: Path) -> bool:
+    """Whether any line is a top-level heading (` = Title = `); stops at the first one."""
+    with path.open("rb") as file:
+        for raw in file:
+            if raw.lstrip().startswith(b"= ") and _heading_level(raw.decode("utf-8", "replace")) == 1:
+                return True
+    return False
+
+
+def iter_documents(path: str | Path) -> Iterator[Document]:
+    """The documents of a UTF-8 text file, one at a time: `list(iter_documents(p)) == read_text_file(p)`.
+
+    `documents_from_lines` only knows at the end of the file whether titles or blank lines separate its
+    documents; a first pass that stops at the first title settles that, so the second can yield as it goes.
+    """
+    path = Path(path)
+    _check_text_file(path)
+    titled = _has_title(path)
+    document: Document = []
+    for line in _utf8_lines(path):
+        if not line.strip():
+            if not titled and document:  # without titles, a blank line ends a document
+                yield document
+                document = []
+            continue
+        level = _heading_level(line)
+        if level == 1:
+            if document:
+                yield document
+            document = []
+            continue
+        if level > 1:  # section headings are dropped
+            continue
+        document.extend(split_sentences(line.replace("<unk>", "[UNK]")))
+    if document:
+        yield document
+
+
+def _split_readers(data: str, valid: str | None) -> dict[str, Callable[[], Iterator[Document]]]:
+    """How to stream the train (and held-out) documents of a corpus given as on the pretrain command line."""
+    readers: dict[str, Callable[[], Iterator[Document]]] = {}
+    path = Path(data)
+    if data == "toy" or data in WIKITEXT_HF_NAMES:  # small, or held by `datasets`: loaded whole
+        readers["train"] = lambda: iter(load_documents(data, "train"))
+        if valid is None:
+            readers["valid"] = lambda: iter(load_documents(data, "valid"))
+    elif path.is_dir():
+        train_file = find_wikitext_file(path, "train")
+        readers["train"] = lambda: iter_documents(train_file)
+        if valid is None:
+            try:
+                valid_file = find_wikitext_file(path, "valid")
+                readers["valid"] = lambda: iter_documents(valid_file)
+            except NanobertError:
+                pass
+    else:
+        _check_text_file(path)
+        readers["train"] = lambda: iter_documents(path)
+    if valid is not None:
+        _check_text_file(Path(valid))
+        readers["valid"] = lambda: iter_documents(valid)
+    return readers
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Writing
+
+
+def _token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
+
+
+def _sample_sentences(documents: Iterator[Document], words: int) -> list[str]:
+    """The sentences of the first documents that together hold at least `words` words."""
+    sample, seen = [], 0
+    for document in documents:
+        sample.extend(document)
+        seen += sum(len(s.split()) for s in document)
+        if seen >= words:
+            break
+    return sample
+
+
+def _write_split(
+    documents: Iterator[Document],
+    tokenizer: Any,
+    directory: Path,
+    dtype: np.dtype,
+    say: Callable[[str], None],
+) -> dict[str, int]:
+    """Tokenize `documents` chunk by chunk into the three files of one split; returns its counts."""
+    directory.mkdir(parents=True)
+    n_tokens = n_sentences = n_documents = 0
+    start = time.perf_counter()
+    with (
+        open(directory / "tokens.bin", "wb") as tokens_f,
+        open(directory / "sentence_offsets.bin", "wb") as sent_f,
+        open(directory / "document_offsets.bin", "wb") as doc_f,
+    ):
+        np.zeros(1, np.int64).tofile(sent_f)
+        np.zeros(1, np.int64).tofile(doc_f)
+
+        def flush(chunk: list[Document]) -> None:
+            nonlocal n_tokens, n_sentences, n_documents
+            ids = encode_sentences(tokenizer, [s for doc in chunk for s in doc])
+            lengths, doc_ends, flat, i = [], [], [], 0
+            for doc in chunk:
+                kept = 0
+                for sentence in ids[i : i + len(doc)]:
+                    if sentence:  # a sentence of characters the tokenizer drops entirely
+                        flat.extend(sentence)
+                        lengths.append(len(sentence))
+                        kept += 1
+                i += len(doc)
+                if kept:
+                    doc_ends.append(n_sentences + len(lengths))
+            np.asarray(flat, dtype=dtype).tofile(tokens_f)
+            (n_tokens + np.cumsum(lengths, dtype=np.int64)).tofile(sent_f)
+            np.asarray(doc_ends, dtype=np.int64).tofile(doc_f)
+            n_tokens += len(flat)
+            n_sentences += len(lengths)
+            n_documents += len(doc_ends)
+            say(
+                f"prepare: {directory.name}: {n_documents:,} documents, {n_sentences:,} sentences, "
+                f"{n_tokens:,} tokens ({time.perf_counter() - start:.0f} s)"
+            )
+
+        chunk: list[Document] = []
+        in_chunk = 0
+        for document in documents:
+            chunk.append(document)
+            in_chunk += len(document)
+            if in_chunk >= CHUNK_SENTENCES:
+                flush(chunk)
+                chunk, in_chunk = [], 0
+        if chunk:
+            flush(chunk)
+    if n_documents < 2:
+        raise NanobertError(
+            f"the {directory.name} split has {n_documents} non-empty documents; NSP needs at least two "
+            "(separate documents by a blank line or a ' = Title = ' heading)"
+        )
+    return {"documents": n_documents, "sentences": n_sentences, "tokens": n_tokens}
+
+
+def prepare_corpus(
+    data: str,
+    out_dir: str | Path,
+    *,
+    valid: str | None = None,
+    tokenizer_dir: str | Path | None = None,
+    vocab_size: int = 8192,
+    min_frequency: int = 2,
+    sample_words: int = DEFAULT_SAMPLE_WORDS,
+    overwrite: bool = False,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Tokenize `data` (a text file, a WikiText directory, 'toy' or a WikiText hub name) into `out_dir`.
+
+    The tokenizer comes from `tokenizer_dir`, or is trained (`vocab_size`, `min_frequency`) on the documents
+    holding the first `sample_words` words of the training split. `valid` adds a held-out split from a text
+    file (a WikiText directory brings its own). The directory appears only when complete (it is written
+    beside it and renamed). Returns the contents of meta.json.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not overwrite:
+        raise NanobertError(
+            f"{out_dir} already exists; pass --overwrite to replace it or choose another --out"
+        )
+    if sample_words < 1:
+        raise NanobertError(f"--tokenizer-sample-words must be at least 1, got {sample_words}")
+    readers = _split_readers(data, valid)
+
+    def say(text: str) -> None:
+        if not quiet:
+            print(text, file=sys.stderr, flush=True)
+
+    start = time.perf_counter()
+    if tokenizer_dir is not None:
+        tokenizer = load_tokenizer(tokenizer_dir)
+        tokenizer_note = f"loaded from {tokenizer_dir}"
+    else:
+        sample = _sample_sentences(readers["train"](), sample_words)
+        say(f"prepare: training a {vocab_size}-piece tokenizer on {len(sample):,} sentences")
+        tokenizer = train_tokenizer(sample, vocab_size=vocab_size, min_frequency=min_frequency)
+        tokenizer_note = f"trained on the first {sample_words:,} words of the training split"
+        del sample
+    dtype = _token_dtype(tokenizer.get_vocab_size())
+
+    tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    try:
+        save_tokenizer(tokenizer, tmp)
+        splits = {
+            name: _write_split(read(), tokenizer, tmp / name, dtype, say) for name, read in readers.items()
+        }
+        meta = {
+            "format": FORMAT,
+            "version": VERSION,
+            "dtype": dtype.name,
+            "vocab_size": tokenizer.get_vocab_size(),
+            "source": {"data": data, "valid": valid},
+            "tokenizer": tokenizer_note,
+            "splits": splits,
+            "seconds": round(time.perf_counter() - start, 1),
+        }
+        (tmp / META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return meta
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Reading
+
+
+class PreparedSplit(Sequence):
+    """One split of a prepared corpus: a read-only sequence of documents, each a list of sentences' ids.
+
+    `split[d]` reads document `d` from the memory map (a list of lists of ints, as `create_instances`
+    takes); nothing else is held in memory but the offsets, 8 bytes per sentence and per document.
+    """
+
+    def __init__(self, directory: Path, dtype: np.dtype, counts: dict[str, int]):
+        self.directory = directory
+        for name in _FILES:
+            if not (directory / name).is_file():
+                raise NanobertError(f"{directory / name} is missing; prepare the corpus again")
+        expected = {
+            "tokens.bin": counts["tokens"] * dtype.itemsize,
+            "sentence_offsets.bin": (counts["sentences"] + 1) * 8,
+            "document_offsets.bin": (counts["documents"] + 1) * 8,
+        }
+        for name, size in expected.items():
+            actual = (directory / name).stat().st_size
+            if actual != size:
+                raise NanobertError(
+                    f"{directory / name} has {actual} bytes, meta.json promises {size}: the prepared corpus "
+                    "is truncated or corrupt; prepare it again"
+                )
+        self.tokens = np.memmap(directory / "tokens.bin", dtype=dtype, mode="r")
+        self.sentence_offsets = np.memmap(directory / "sentence_offsets.bin", dtype=np.int64, mode="r")
+        self.document_offsets = np.memmap(directory / "document_offsets.bin", dtype=np.int64, mode="r")
+
+    def __len__(self) -> int:
+        return len(self.document_offsets) - 1
+
+    def __getitem__(self, d: int) -> list[list[int]]:  # type: ignore[override]
+        s0, s1 = int(self.document_offsets[d]), int(self.document_offsets[d + 1])
+        offsets = self.sentence_offsets[s0 : s1 + 1].tolist()
+        base = offsets[0]
+        flat = self.tokens[base : offsets[-1]].tolist()
+        return [flat[a - base : b - base] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+
+    def document_tokens(self) -> np.ndarray:
+        """Tokens per document, (D,) int64."""
+        return np.diff(self.sentence_offsets[np.asarray(self.document_offsets)])
+
+    def num_sentences(self) -> int:
+        return len(self.sentence_offsets) - 1
+
+    def num_tokens(self) -> int:
+        return len(self.tokens)
+
+
+class PreparedCorpus:
+    """A directory written by `prepare_corpus`: its meta.json, tokenizer and splits."""
+
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory)
+        path = self.directory / META_NAME
+        if not path.is_file():
+            raise NanobertError(
+                f"{self.directory} is not a prepared corpus (no {META_NAME}); run `nanobert prepare` first"
+            )
+        try:
+            self.meta = json.loads(path.read_text())
+            ok = self.meta.get("format") == FORMAT and "train" in self.meta["splits"]
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
+            ok = False
+        if not ok:
+            raise NanobertError(f"{path} is not a nanobert prepared-corpus description (corrupt or foreign)")
+        if self.meta.get("version", 0) > VERSION:
+            raise NanobertError(f"{self.directory} was prepared by a newer nanobert; update nanobert")
+        self.dtype = np.dtype(self.meta["dtype"])
+
+    def has_split(self, name: str) -> bool:
+        return name in self.meta["splits"]
+
+    def split(self, name: str) -> PreparedSplit:
+        if not self.has_split(name):
+            raise NanobertError(
+                f"{self.directory} has no {name} split (it has {', '.join(self.meta['splits'])})"
+            )
+        return PreparedSplit(self.directory / name, self.dtype, self.meta["splits"][name])
+
+    def tokenizer(self) -> Any:
+        return load_tokenizer(self.directory)
+
+
+class WindowedInstances:
+    """Each epoch's NSP instances, built a window of documents at a time: memory bounded by the window.
+
+    Epoch `e` shuffles the documents (seeded by `(seed, e)`) and cuts the order into windows of about
+    `window_tokens` tokens; `batches(e, w)` builds window `w`'s instances with google's per-document
+    algorithm (the random B may come from any document of the split), then shuffles and batches them with
+    `pretraining_data.batches`. Everything is a pure function of `(seed, epoch, window)`, so a resumed run
+    rebuilds exactly the window it stopped in. The same interface as train.py's in-memory source.
+    """
+
+    def __init__(self, split: PreparedSplit, cfg: TrainConfig, window_tokens: int | None = None):
+        if len(split) < 2:
+            raise NanobertError("NSP needs at least two documents; the prepared split has fewer")
+        if cfg.max_seq_len < 5:
+            raise NanobertError(f"max_seq_len={cfg.max_seq_len} is too small; it must be at least 5")
+        self.split, self.cfg = split, cfg
+        self.window_tokens = window_tokens or WINDOW_TOKENS
+        self.doc_tokens = split.document_tokens()
+        self._windows: tuple[int, list[np.ndarray]] | None = None
+
+    def _epoch_windows(self, epoch: int) -> list[np.ndarray]:
+        if self._windows is None or self._windows[0] != epoch:
+            seed = random.Random(f"prepared-windows:{self.cfg.seed}:{epoch}").getrandbits(64)
+            order = np.random.default_rng(seed).permutation(len(self.split))
+            ends = np.cumsum(self.doc_tokens[order])
+            cuts = np.searchsorted(ends, np.arange(self.window_tokens, ends[-1], self.window_tokens), "right")
+            windows = [w for w in np.split(order, np.unique(cuts)) if len(w)]
+            self._windows = (epoch, windows)
+        return self._windows[1]
+
+    def num_windows(self, epoch: int) -> int:
+        return len(self._epoch_windows(epoch))
+
+    def window_fraction(self, epoch: int, window: int) -> float:
+        """The share of the split's tokens in this window (to estimate batches per epoch)."""
+        docs = self._epoch_windows(epoch)[window]
+        return float(self.doc_tokens[docs].sum()) / max(float(self.doc_tokens.sum()), 1.0)
+
+    def instances(self, epoch: int, window: int) -> list[Instance]:
+        cfg = self.cfg
+        out: list[Instance] = []
+        for dupe in range(cfg.dupe_factor):
+            rng = random.Random(f"prepared-instances:{cfg.seed}:{epoch}:{window}:{dupe}")
+            for d in self._epoch_windows(epoch)[window].tolist():
+                out.extend(
+                    _instances_from_document(
+                        self.split, d, cfg.max_seq_len - 3, cfg.short_seq_prob, 0.5, rng, CLS_ID, SEP_ID
+                    )
+                )
+        return out
+
+    def batches(self, epoch: int, window: int) -> list[list[Instance]]:
+        # `batches` is seeded by (seed, an int): windows of one epoch get distinct ints.
+        key = epoch * 1_000_003 + window
+        return batches(
+            self.instances(epoch, window),
+            self.cfg.batch_size,
+            self.cfg.seed,
+            key,
+            bucket=self.cfg.bucket_by_length,
+        )

@@ -1,0 +1,241 @@
+"""Faults injected into real runs: signals, kill -9 in the middle of a checkpoint write, a diverging loss,
+damaged checkpoints and a malicious pickle. Each must end cleanly and leave a loadable, resumable checkpoint.
+"""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import TINY_SET, write_corpus
+
+import nanobert
+from nanobert.checkpoint import load_pretraining_checkpoint, load_trainer_state
+from nanobert.cli import main
+from nanobert.errors import NanobertError
+from nanobert.model import BertForPreTraining
+
+
+@pytest.fixture
+def data(tmp_path):
+    return write_corpus(tmp_path / "corpus.txt"), write_corpus(tmp_path / "valid.txt", n_docs=3, seed=1)
+
+
+def pretrain_argv(data, out, *extra):
+    corpus, valid = data
+    argv = ["pretrain", "--train", str(corpus), "--valid", str(valid), "--out", str(out)]
+    return [*argv, "--device", "cpu", "--quiet", *extra]
+
+
+def start(data, out, *extra, env=None) -> subprocess.Popen:
+    """`python -m nanobert pretrain` in a subprocess, its output in files beside the run."""
+    src = str(Path(nanobert.__file__).resolve().parents[1])
+    full_env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    full_env.update({"OMP_NUM_THREADS": "1", **(env or {})})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    logs = open(out.parent / f"{out.name}.log", "w")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(
+        [sys.executable, "-m", "nanobert", *pretrain_argv(data, out, *extra)],
+        env=full_env,
+        stdout=logs,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def wait_for(condition, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert proc.poll() is None, f"the run ended early with code {proc.returncode}"
+        assert time.monotonic() < deadline, "timed out waiting for the run"
+        time.sleep(0.05)
+
+
+def train_steps(run: Path) -> list[int]:
+    path = run / "metrics.jsonl"
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r["step"] for r in rows if r["split"] == "train"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_saves_a_resumable_checkpoint_and_exits_cleanly(data, tmp_path, sig):
+    run = tmp_path / "run"
+    proc = start(data, run, "--max-steps", "100000", "--set", *TINY_SET, "eval_interval=100000")
+    try:
+        wait_for(lambda: len(train_steps(run)) >= 3, proc)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=120) == 0, (run.parent / "run.log").read_text()
+    finally:
+        proc.kill()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stop_reason"] == f"interrupted by signal {int(sig)}"
+    step = summary["steps"]
+    assert load_trainer_state(run / "last")["run"]["step"] == step
+    assert json.loads((run / "last" / "config.json").read_text())["step"] == step
+    load_pretraining_checkpoint(run / "last")
+    # Resume, now with an end in sight.
+    assert main(["pretrain", "--resume", str(run / "last"), "--max-steps", str(step + 3), "--quiet"]) == 0
+    assert train_steps(run) == list(range(1, step + 4))
+    assert json.loads((run / "summary.json").read_text())["stop_reason"] == "finished"
+
+
+def test_kill_9_during_a_checkpoint_write_keeps_the_previous_one(data, tmp_path):
+    """last/ is saved at steps 4, 8, 12...; the write at step 8 is paused half way (config.json written,
+    weights not yet) by the test hook, and the process is killed there with SIGKILL."""
+    run = tmp_path / "run"
+    tiny = ["--set", *TINY_SET, "eval_interval=4"]
+    proc = start(data, run, "--max-steps", "16", *tiny, env={"NANOBERT_TEST_SLOW_SAVE": "last:120"})
+    temp = run / f".last.tmp-{proc.pid}"
+    try:
+        # Both at once only while a write *replaces* last/, which is where the hook pauses.
+        wait_for(lambda: (temp / "config.json").is_file() and (run / "last").is_dir(), proc)
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        proc.kill()
+    assert sorted(p.name for p in temp.iterdir()) == ["config.json"]  # the write was cut half way
+    # The previous checkpoint is whole and loads.
+    assert json.loads((run / "last" / "config.json").read_text())["step"] == 4
+    assert load_trainer_state(run / "last")["run"]["step"] == 4
+    load_pretraining_checkpoint(run / "last")
+    # Resuming continues from step 4, clears the debris, and ends where an uninterrupted run ends.
+    assert main(["pretrain", "--resume", str(run / "last"), "--quiet"]) == 0
+    assert not temp.exists()
+    assert train_steps(run) == list(range(1, 17))
+    reference = tmp_path / "reference"
+    tokenizer = ["--tokenizer", str(run / "last")]
+    assert main(pretrain_argv(data, reference, "--max-steps", "16", *tokenizer, *tiny)) == 0
+
+    def curve(r):
+        rows = [json.loads(line) for line in (r / "metrics.jsonl").read_text().splitlines()]
+        return [(x["split"], x["step"], x.get("loss", x["mlm_loss"])) for x in rows]
+
+    got, want = curve(run), curve(reference)
+    assert [g[:2] for g in got] == [w[:2] for w in want]
+    assert [g[2] for g in got] == pytest.approx([w[2] for w in want], abs=1e-4)  # 1 vs 2 threads at steps 1-4
+
+
+def poison_training_forward(monkeypatch, from_call: int, on_poison=None):
+    """Make the training loss NaN from the `from_call`-th training forward on (so gradients and then the
+    weights turn NaN), as a real divergence does."""
+    original = BertForPreTraining.forward
+    calls = [0]
+
+    def forward(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        if self.training:
+            calls[0] += 1
+            if calls[0] >= from_call:
+                if calls[0] == from_call and on_poison is not None:
+                    on_poison()
+                out.mlm_loss = out.mlm_loss * float("nan")
+        return out
+
+    monkeypatch.setattr(BertForPreTraining, "forward", forward)
+
+
+def digest(directory: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir())}
+
+
+@pytest.mark.parametrize(
+    "log_interval, poison_at, needle",
+    [
+        (1, 6, "training diverged at step 6 (loss nan)"),  # caught at the next log line
+        (100, 5, "training diverged at step 8 (non-finite weights)"),  # caught before the step-8 save
+    ],
+)
+def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(
+    data, tmp_path, capsys, monkeypatch, log_interval, poison_at, needle
+):
+    run = tmp_path / "run"
+    before = {}
+    poison_training_forward(monkeypatch, poison_at, lambda: before.update(digest(run / "last")))
+    tiny = ["--set", *TINY_SET, "eval_interval=4", f"log_interval={log_interval}"]
+    assert main(pretrain_argv(data, run, "--max-steps", "12", *tiny)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err, err
+    assert f"the last good checkpoint ({run / 'last'}, step 4) is kept" in err
+    assert digest(run / "last") == before  # not a byte changed
+    model, config = load_pretraining_checkpoint(run / "last")
+    assert config["step"] == 4 and all(torch.isfinite(p).all() for p in model.parameters())
+    assert not (run / "summary.json").exists()
+
+
+@pytest.fixture
+def finished_run(data, tmp_path):
+    run = tmp_path / "run"
+    assert main(pretrain_argv(data, run, "--max-steps", "3", "--set", *TINY_SET)) == 0
+    return run
+
+
+def one_line_error(capsys, argv, needle):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("nanobert: error:") and needle in err, err
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
+def test_a_damaged_model_safetensors_is_a_one_line_error(finished_run, capsys, damage):
+    weights = finished_run / "last" / "model.safetensors"
+    raw = weights.read_bytes()
+    weights.write_bytes(
+        {"truncate": raw[: len(raw) // 3], "garbage": os.urandom(len(raw)), "empty": b""}[damage]
+    )
+    capsys.readouterr()
+    last = str(finished_run / "last")
+    one_line_error(capsys, ["evaluate", last, "--device", "cpu"], "corrupt or truncated")
+    one_line_error(capsys, ["pretrain", "--resume", last], "corrupt or truncated")
+
+
+class Payload:
+    """Unpickling this creates a file: what a malicious checkpoint would do with os.system instead."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def test_a_malicious_trainer_state_is_refused_without_running_it(finished_run, capsys, tmp_path):
+    state = finished_run / "last" / "trainer_state.pt"
+    marker = tmp_path / "pwned"
+    torch.save({"optimizer": Payload(marker)}, state)
+    torch.load(state, weights_only=False)  # the payload works when unpickled...
+    assert marker.exists()
+    marker.unlink()
+    with pytest.raises(NanobertError, match="corrupt"):  # ...and nanobert never unpickles it
+        load_trainer_state(finished_run / "last")
+    capsys.readouterr()
+    argv = ["pretrain", "--resume", str(finished_run / "last")]
+    one_line_error(capsys, argv, "trainer_state.pt is corrupt")
+    assert not marker.exists()
+
+
+def test_checkpoints_load_without_pickle(finished_run, capsys, monkeypatch):
+    """Weights go through safetensors and trainer state through torch's weights-only loader: the pickle
+    module is never asked to load anything, whatever the command."""
+    import pickle
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("pickle used to load a checkpoint")
+
+    for name in ("load", "loads", "Unpickler"):
+        monkeypatch.setattr(pickle, name, refuse)
+    original_load = torch.load
+
+    def weights_only_load(*args, **kwargs):
+        assert kwargs.get("weights_only") is True
+        return original_load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", weights_only_load)
+    assert main(["evaluate", str(finished_run / "last"), "--device", "cpu"]) == 0
+    assert main(["pretrain", "--resume", str(finished_run / "last"), "--max-steps", "4", "--quiet"]) == 0
