@@ -39,3 +39,25 @@ TINY_SET = [
     "log_interval=1",
     "eval_batch_size=16",
 ]
+
+
+# The deliberately odd tiny model (vocab 99, hidden 32, 4 heads, intermediate 37): no two sizes coincide, so
+# shape bugs cannot hide.
+TINY_MODEL = dict(
+    vocab_size=99,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=37,
+    max_position_embeddings=64,
+)
+
+
+def train_tiny_checkpoint(root: Path, steps: int = 3) -> Path:
+    """A tiny post-LN model trained for a few steps on a generated corpus; returns its best/ checkpoint."""
+    from nanobert.cli import main
+
+    corpus = write_corpus(root / "corpus.txt")
+    argv = ["pretrain", "--train", str(corpus), "--out", str(root / "run"), "--max-steps", str(steps)]
+    assert main([*argv, "--device", "cpu", "--quiet", "--set", *TINY_SET]) == 0
+    return root / "run" / "best"

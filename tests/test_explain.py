@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from helpers import TINY_SET, write_corpus
+from helpers import train_tiny_checkpoint
 
 from nanobert.cli import main
 from nanobert.config import ModelConfig
@@ -15,11 +15,7 @@ from nanobert.model import BertForPreTraining
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pretrained")
-    corpus = write_corpus(root / "corpus.txt")
-    argv = ["pretrain", "--train", str(corpus), "--out", str(root / "run"), "--max-steps", "3"]
-    assert main([*argv, "--device", "cpu", "--quiet", "--set", *TINY_SET]) == 0
-    return root / "run" / "best"
+    return train_tiny_checkpoint(tmp_path_factory.mktemp("pretrained"))
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 import torch
-from helpers import TINY_SET, write_corpus
+from helpers import train_tiny_checkpoint
 from safetensors.torch import load_file, save_file
 
 from nanobert.checkpoint import load_pretraining_checkpoint, save_checkpoint
@@ -24,11 +24,7 @@ PAIRS = [("alpha bravo charlie .", "delta echo ."), ("Zulu, Yankee!", "xray"), (
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A tiny post-LN (BERT's layout, the only one transformers has) model trained for a few steps."""
-    root = tmp_path_factory.mktemp("pretrained")
-    corpus = write_corpus(root / "corpus.txt")
-    argv = ["pretrain", "--train", str(corpus), "--out", str(root / "run"), "--max-steps", "3"]
-    assert main([*argv, "--device", "cpu", "--quiet", "--set", *TINY_SET]) == 0
-    return root / "run" / "best"
+    return train_tiny_checkpoint(tmp_path_factory.mktemp("pretrained"))
 
 
 @pytest.fixture(scope="module")

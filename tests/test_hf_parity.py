@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from helpers import TINY_MODEL
 
 from nanobert.config import MODEL_PRESETS, ModelConfig
 from nanobert.hf_export import from_hf_state_dict, to_hf_config, to_hf_state_dict
@@ -29,14 +30,7 @@ def randomise(model):
 @pytest.mark.parametrize(
     "config",
     [
-        ModelConfig(
-            vocab_size=99,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=37,
-            max_position_embeddings=64,
-        ),
+        ModelConfig(**TINY_MODEL),
         ModelConfig(vocab_size=8192, max_position_embeddings=128, **MODEL_PRESETS["mini"]),
     ],
     ids=["odd-tiny", "mini"],

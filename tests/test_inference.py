@@ -7,7 +7,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 import torch
-from helpers import TINY_SET, write_corpus
+from helpers import train_tiny_checkpoint
 
 import nanobert
 from nanobert.cli import main
@@ -19,11 +19,7 @@ from nanobert.tokenizer import NUM_SPECIAL_TOKENS
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A tiny post-LN model trained for 5 steps: enough to have real weights and a real tokenizer."""
-    root = tmp_path_factory.mktemp("pretrained")
-    corpus = write_corpus(root / "corpus.txt")
-    argv = ["pretrain", "--train", str(corpus), "--out", str(root / "run"), "--max-steps", "5"]
-    assert main([*argv, "--device", "cpu", "--quiet", "--set", *TINY_SET]) == 0
-    return root / "run" / "best"
+    return train_tiny_checkpoint(tmp_path_factory.mktemp("pretrained"), steps=5)
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from helpers import TINY_MODEL
 
 from nanobert.checkpoint import save_checkpoint
 from nanobert.config import ModelConfig
@@ -14,15 +15,7 @@ from nanobert.reference import forward, gelu, layer_norm, load_reference, softma
 def saved_model(directory, pre_layer_norm: bool) -> BertForPreTraining:
     """A tiny odd-sized model with every weight moved off its initial value, saved as a checkpoint."""
     torch.manual_seed(1)
-    config = ModelConfig(
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
-        max_position_embeddings=64,
-        pre_layer_norm=pre_layer_norm,
-    )
+    config = ModelConfig(**TINY_MODEL, pre_layer_norm=pre_layer_norm)
     model = BertForPreTraining(config).eval()
     with torch.no_grad():
         for p in model.parameters():
