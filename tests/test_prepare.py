@@ -118,7 +118,7 @@ def losses(run):
     return [(r["step"], r.get("loss"), r.get("mlm_loss")) for r in rows]
 
 
-def test_pretrain_prepared_resumes_exactly_across_windows(prepared, tmp_path, monkeypatch):
+def test_pretrain_prepared_resumes_exactly_across_windows(prepared, tmp_path, monkeypatch, capsys):
     out, *_ = prepared
     monkeypatch.setattr(prepare_mod, "WINDOW_TOKENS", 150)  # several windows in this tiny corpus
     full, split = tmp_path / "full", tmp_path / "split"
@@ -130,6 +130,12 @@ def test_pretrain_prepared_resumes_exactly_across_windows(prepared, tmp_path, mo
     assert losses(split) == losses(full)
     config = json.loads((full / "last" / "config.json").read_text())
     assert config["data"]["prepared"] == str(out)
+    # `nanobert evaluate` finds the held-out split in the recorded prepared corpus, with the run's numbers
+    summary = json.loads((full / "summary.json").read_text())
+    capsys.readouterr()
+    assert main(["evaluate", str(full / "last"), "--device", "cpu"]) == 0
+    evaluated = json.loads(capsys.readouterr().out)
+    assert evaluated["mlm_loss"] == pytest.approx(summary["final"]["mlm_loss"], abs=1e-6)
 
 
 def test_cli_prepare_and_prepared_errors(tmp_path, capsys):

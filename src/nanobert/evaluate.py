@@ -123,13 +123,22 @@ def evaluate_checkpoint(
     if valid_file is None and data is None:
         valid_file = recorded.get("valid_file")
         data = recorded.get("data")
-    if valid_file is not None:
-        documents = load_documents(valid_file, split="valid")
-    elif data is not None:
-        documents = load_documents(data, split="valid")
+    prepared = recorded.get("prepared") if valid_file is None and data is None else None
+    if prepared is not None:  # a run on `nanobert prepare` shards: their valid split is already tokenized
+        from nanobert.prepare import PreparedCorpus
+
+        corpus = PreparedCorpus(prepared)
+        if not corpus.has_split("valid"):
+            raise NanobertError(f"{prepared} has no valid split; pass --valid FILE")
+        tokenized = list(corpus.split("valid"))
     else:
-        raise NanobertError("no held-out data recorded in the checkpoint; pass --valid FILE or --data NAME")
-    tokenized = tokenize_documents(tokenizer, documents)
+        if valid_file is not None:
+            documents = load_documents(valid_file, split="valid")
+        elif data is not None:
+            documents = load_documents(data, split="valid")
+        else:
+            raise NanobertError("the checkpoint records no held-out data; pass --valid FILE or --data NAME")
+        tokenized = tokenize_documents(tokenizer, documents)
     batches = prepare_eval_batches(
         tokenized, train_config.max_seq_len, batch_size, model.config.vocab_size, train_config.eval_seed
     )
