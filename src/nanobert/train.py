@@ -52,7 +52,7 @@ from nanobert.checkpoint import (
     save_checkpoint,
 )
 from nanobert.config import ModelConfig, TrainConfig, config_from_dict
-from nanobert.corpus import Document, load_documents
+from nanobert.corpus import WIKITEXT_HF_NAMES, Document, load_documents
 from nanobert.distributed import Distributed, from_environment
 from nanobert.errors import NanobertError
 from nanobert.evaluate import evaluate_model, prepare_eval_batches, tokenize_documents
@@ -142,7 +142,7 @@ class DataSources:
         source = self.data if not self.train_file else None
         if source == "toy":  # the toy corpus is memorised: it is its own held-out set
             return train, train, "held out: the toy corpus itself (a memorisation demo)"
-        if source is not None and (source in _HF_NAMES() or Path(source).is_dir()):
+        if source is not None and (source in WIKITEXT_HF_NAMES or Path(source).is_dir()):
             return train, load_documents(source, split="valid"), f"held out: the validation split of {source}"
         # A single file and no --valid: hold out its last documents, so the numbers are not training loss.
         if len(train) >= 6:
@@ -153,12 +153,6 @@ class DataSources:
             train,
             f"held out: none given and {train_src} is too small to split, so the TRAINING data",
         )
-
-
-def _HF_NAMES() -> tuple[str, ...]:
-    from nanobert.corpus import WIKITEXT_HF_NAMES
-
-    return WIKITEXT_HF_NAMES
 
 
 MLM_POSITIONS_MULTIPLE = 64  # masked-position count padded to this, so compiled shapes stay few
