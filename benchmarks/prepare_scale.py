@@ -82,7 +82,7 @@ def stage_epoch(args) -> dict:
 
     from nanobert.config import TrainConfig
     from nanobert.prepare import PreparedCorpus, WindowedInstances
-    from nanobert.pretraining_data import MaskingCollator, masked_positions
+    from nanobert.pretraining_data import MaskingCollator, query_layout
 
     # Masking a batch is a few small tensor ops: one thread does them fastest, and more only spin against
     # whatever else runs on the machine (training does the same work on its data thread).
@@ -97,7 +97,7 @@ def stage_epoch(args) -> dict:
     for window in range(source.num_windows(0)):
         for batch in source.batches(0, window):
             masked = collator(batch)
-            masked_positions(masked["labels"], 64)
+            query_layout(masked["labels"], 64, 8)
             n_batches += 1
             n_instances += len(batch)
             n_tokens += int(masked["attention_mask"].sum())

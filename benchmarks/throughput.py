@@ -5,11 +5,14 @@ batches (15% of tokens masked, 80/10/10 is irrelevant for speed so chosen tokens
 precision (bf16 autocast on CUDA, fp32 on the CPU) and the same optimizer (AdamW, fused on CUDA). They are
 timed alternately in rounds after a warm-up (which absorbs torch.compile), and the median round is reported.
 
-nanobert is fed the way its trainer feeds it: masked positions computed on the host (`mlm_positions`) and no
-attention mask when a batch has no padding. transformers is fed its standard inputs.
+nanobert is fed the way its trainer feeds it: the query layout computed on the host (`query_positions` and
+`mlm_positions`, so its last layer computes only [CLS] and the masked positions) and no attention mask when a
+batch has no padding. transformers is fed its standard inputs.
 
 Useful FLOPs count the encoder (6 x parameters x tokens, plus attention scores and values), the MLM head at
 masked positions only and the pooler/NSP head, so a model that decodes every position gets no credit for it.
+The last encoder layer is counted in full, as the issue defines useful FLOPs, although nanobert's last layer
+skips the queries no loss reads; its utilisation figure includes that saving.
 
     python benchmarks/throughput.py --device cuda --shape base --seq-len 128 --batch-size 256 --compile
     python benchmarks/throughput.py --device cpu --shape mini --seq-len 128 --batch-size 32 --vocab-size 8192
@@ -29,7 +32,7 @@ import torch
 from nanobert.config import MODEL_PRESETS, ModelConfig
 from nanobert.hf_export import to_hf_config, to_hf_state_dict
 from nanobert.model import BertForPreTraining
-from nanobert.pretraining_data import masked_positions
+from nanobert.pretraining_data import masked_positions, query_layout
 
 
 def make_batches(n: int, batch_size: int, seq_len: int, vocab_size: int, mask_prob: float, seed: int):
@@ -54,7 +57,8 @@ def make_batches(n: int, batch_size: int, seq_len: int, vocab_size: int, mask_pr
                 "token_type_ids": token_type_ids,
                 "labels": labels,
                 "next_sentence_label": nsp,
-                "mlm_positions": masked_positions(labels, 64),
+                **dict(zip(("query_positions", "mlm_positions"), query_layout(labels, 64, 8), strict=True)),
+                "flat_mlm_positions": masked_positions(labels, 64),  # for --full-last-layer
             }
         )
     return out
@@ -100,7 +104,7 @@ def sync(device):
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shape", choices=["mini", "base", *MODEL_PRESETS], default="mini")
+    p.add_argument("--shape", choices=list(MODEL_PRESETS), default="mini")
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--vocab-size", type=int, default=30522, help="30522 = BERT's; the CPU target uses 8192")
@@ -115,6 +119,11 @@ def main() -> None:
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense peak for MFU (H100 bf16: 989)")
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument(
+        "--full-last-layer",
+        action="store_true",
+        help="ablation: nanobert's last layer computes every position (no query_positions)",
+    )
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -140,7 +149,15 @@ def main() -> None:
     batches = [{k: v.to(device) for k, v in b.items()} for b in batches]
 
     def ours_inputs(b):
-        return b  # input_ids, token_type_ids, labels, next_sentence_label, mlm_positions; no padding mask
+        # input_ids, token_type_ids, labels, next_sentence_label, the query layout; no padding mask
+        names = ("input_ids", "token_type_ids", "labels", "next_sentence_label")
+        if args.full_last_layer:
+            return {**{k: b[k] for k in names}, "mlm_positions": b["flat_mlm_positions"]}
+        return {
+            **{k: b[k] for k in names},
+            "query_positions": b["query_positions"],
+            "mlm_positions": b["mlm_positions"],
+        }
 
     def theirs_inputs(b):
         return {k: b[k] for k in ("input_ids", "token_type_ids", "labels", "next_sentence_label")}
@@ -178,7 +195,8 @@ def main() -> None:
             else f" ({torch.get_num_threads()} threads)"
         )
         + f", {'bf16' if amp_dtype else 'fp32'}, compile={args.compile}, transformers attn={args.hf_attn}, "
-        f"median of {args.rounds} rounds x {args.steps} steps"
+        + ("nanobert's last layer in full, " if args.full_last_layer else "")
+        + f"median of {args.rounds} rounds x {args.steps} steps"
     )
     print(f"{'model':14s} {'tokens/s':>12s} {'seqs/s':>10s} {'ms/step':>9s} {'MFU':>7s} {'peak mem':>10s}")
     rates = {}

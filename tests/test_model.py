@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from nanobert.config import MODEL_PRESETS, ModelConfig
 from nanobert.errors import NanobertError
 from nanobert.model import BertForPreTraining, BertForSequenceClassification, decay_parameter_groups
+from nanobert.pretraining_data import masked_positions, query_layout
 
 
 def random_batch(config, B=3, T=11, pad_last=0):
@@ -176,3 +177,45 @@ def test_sequence_classification(tiny_config):
     reg = BertForSequenceClassification(tiny_config, num_labels=1, problem_type="regression")
     out = reg(ids, tt, am, labels=torch.tensor([0.5, 1.0, 2.0]))
     assert out.logits.shape == (3, 1) and out.loss > 0
+
+
+@pytest.mark.parametrize("pre_layer_norm", [False, True])
+def test_query_pruning_gives_the_same_losses_logits_and_gradients(tiny_config, pre_layer_norm):
+    """With query_positions the last layer computes only [CLS] and the masked positions; nothing the losses
+    read may change, padding and a row with no masked position included."""
+    config = dataclasses.replace(tiny_config, pre_layer_norm=pre_layer_norm)
+    model = BertForPreTraining(config).eval()
+    ids, tt, am = random_batch(config, B=4, T=13, pad_last=5)
+    labels = torch.full_like(ids, -100)
+    chosen = (torch.rand(ids.shape) < 0.3) & am.bool()
+    chosen[:, 0] = False
+    chosen[1] = False  # no masked position in this row
+    labels[chosen] = ids[chosen]
+    nsp = torch.tensor([0, 1, 1, 0])
+    query_positions, mlm_positions = query_layout(labels, multiple=8, width_multiple=4)
+    full = model(
+        ids, tt, am, labels=labels, next_sentence_label=nsp, mlm_positions=masked_positions(labels, 8)
+    )
+    pruned = model(
+        ids,
+        tt,
+        am,
+        labels=labels,
+        next_sentence_label=nsp,
+        mlm_positions=mlm_positions,
+        query_positions=query_positions,
+    )
+    torch.testing.assert_close(pruned.prediction_logits, full.prediction_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(pruned.seq_relationship_logits, full.seq_relationship_logits)
+    torch.testing.assert_close(pruned.loss, full.loss)
+    # Found on the device when mlm_positions is not given.
+    torch.testing.assert_close(
+        model(ids, tt, am, labels=labels, next_sentence_label=nsp, query_positions=query_positions).loss,
+        full.loss,
+    )
+    params = list(model.parameters())
+    grads = torch.autograd.grad(full.loss, params), torch.autograd.grad(pruned.loss, params)
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    with pytest.raises(ValueError, match="needs labels"):
+        model(ids, tt, am, query_positions=query_positions)

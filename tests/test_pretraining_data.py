@@ -15,7 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nanobert.errors import NanobertError
-from nanobert.pretraining_data import Instance, MaskingCollator, batches, create_instances
+from nanobert.pretraining_data import (
+    Instance,
+    MaskingCollator,
+    batches,
+    create_instances,
+    masked_positions,
+    query_layout,
+)
 
 PAD, UNK, CLS, SEP, MASK, FIRST = 0, 1, 2, 3, 4, 5
 FAST = settings(max_examples=60, deadline=None)
@@ -387,3 +394,16 @@ def test_bucketing_reduces_padding():
 def test_batch_size_must_be_positive():
     with pytest.raises(NanobertError, match="batch_size"):
         batches([], 0, seed=0, epoch=0)
+
+
+def test_query_layout_lists_cls_then_the_masked_positions_of_each_row():
+    labels = torch.full((3, 10), -100)
+    labels[0, 2], labels[0, 7], labels[2, 1] = 5, 6, 9
+    query_positions, mlm_positions = query_layout(labels, multiple=4, width_multiple=2)
+    # Width: [CLS] + at most 2 masked = 3, rounded up to 4; padding slots point at [CLS] (label -100).
+    assert query_positions.tolist() == [[0, 2, 7, 0], [0, 0, 0, 0], [0, 1, 0, 0]]
+    # Flat slots into B*M in the order of masked_positions, padded with slot 0 to a multiple of 4.
+    assert mlm_positions.tolist() == [1, 2, 9, 0]
+    picked = labels.gather(1, query_positions).reshape(-1)[mlm_positions]
+    assert picked.tolist() == [5, 6, 9, -100]
+    assert torch.equal(picked[:3], labels.reshape(-1)[masked_positions(labels)])

@@ -49,6 +49,11 @@ class Embeddings(nn.Module):
         return self.dropout(self.layer_norm(x))
 
 
+def gather_positions(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """x (B, T, H), positions (B, M) -> (B, M, H): row b, slot j holds x[b, positions[b, j]]."""
+    return x.gather(1, positions.unsqueeze(-1).expand(-1, -1, x.size(-1)))
+
+
 class SelfAttention(nn.Module):
     """Multi-head self-attention with one fused query/key/value projection.
 
@@ -65,20 +70,34 @@ class SelfAttention(nn.Module):
         self.attn_dropout = config.attention_probs_dropout_prob
 
     def forward(
-        self, x: torch.Tensor, attn_mask: torch.Tensor | None, output_attentions: bool = False
+        self,
+        x: torch.Tensor,
+        attn_mask: torch.Tensor | None,
+        output_attentions: bool = False,
+        query_positions: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x (B, T, H); attn_mask (B, 1, 1, T) bool, True where a key may be attended to, or None.
+        """x (B, T, H); attn_mask (B, 1, 1, T) bool, True where a key may be attended to, or None;
+        query_positions (B, M): compute only these M queries per row (keys and values still cover all T).
 
-        Returns the attended values (B, T, H) and, with output_attentions, the probabilities (B, nh, T, T).
+        Returns the attended values (B, Q, H) and, with output_attentions, the probabilities (B, nh, Q, T),
+        where Q is T, or M with query_positions.
         """
         B, T, H = x.shape
-        q, k, v = self.qkv(x).split(H, dim=-1)  # 3 x (B, T, H)
-        # split heads: (B, T, H) -> (B, nh, T, hd)
-        q, k, v = (t.view(B, T, self.num_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))
+        if query_positions is None:
+            q, k, v = self.qkv(x).split(H, dim=-1)  # 3 x (B, T, H)
+        else:
+            # The same fused weights, split: keys and values at every position, queries at M of them.
+            w_q, w_kv = self.qkv.weight.split([H, 2 * H])
+            b_q, b_kv = self.qkv.bias.split([H, 2 * H])
+            k, v = F.linear(x, w_kv, b_kv).split(H, dim=-1)  # 2 x (B, T, H)
+            q = F.linear(gather_positions(x, query_positions), w_q, b_q)  # (B, M, H)
+        Q = q.size(1)
+        # split heads: (B, T, H) -> (B, nh, T, hd); the queries have Q rows, keys and values T
+        q, k, v = (t.view(B, t.size(1), self.num_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))
         dropout_p = self.attn_dropout if self.training else 0.0
         if output_attentions:
             # The explicit math, kept for attention maps and for readers: softmax(q k^T / sqrt(hd)) v.
-            scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, nh, T, T)
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, nh, Q, T)
             if attn_mask is not None:
                 scores = scores.masked_fill(~attn_mask, float("-inf"))
             probs = scores.softmax(dim=-1)
@@ -87,7 +106,7 @@ class SelfAttention(nn.Module):
             # The same function through the fused kernel (flash / memory-efficient attention).
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
             probs = None
-        y = y.transpose(1, 2).reshape(B, T, H)  # merge heads: (B, nh, T, hd) -> (B, T, H)
+        y = y.transpose(1, 2).reshape(B, Q, H)  # merge heads: (B, nh, Q, hd) -> (B, Q, H)
         return self.output(y), probs
 
 
@@ -120,22 +139,31 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(
-        self, x: torch.Tensor, attn_mask: torch.Tensor | None, output_attentions: bool = False
+        self,
+        x: torch.Tensor,
+        attn_mask: torch.Tensor | None,
+        output_attentions: bool = False,
+        query_positions: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, T, H) -> (B, T, H), or (B, M, H) at query_positions (B, M) only."""
+        # The residual stream continues only at the positions whose queries are computed.
+        residual = x if query_positions is None else gather_positions(x, query_positions)
         if self.pre_layer_norm:
-            a, probs = self.attention(self.attention_layer_norm(x), attn_mask, output_attentions)
-            x = x + self.dropout(a)
+            a, probs = self.attention(
+                self.attention_layer_norm(x), attn_mask, output_attentions, query_positions
+            )
+            x = residual + self.dropout(a)
             x = x + self.dropout(self.feed_forward(self.output_layer_norm(x)))
         else:
-            a, probs = self.attention(x, attn_mask, output_attentions)
-            x = self.attention_layer_norm(x + self.dropout(a))
+            a, probs = self.attention(x, attn_mask, output_attentions, query_positions)
+            x = self.attention_layer_norm(residual + self.dropout(a))
             x = self.output_layer_norm(x + self.dropout(self.feed_forward(x)))
         return x, probs
 
 
 @dataclass
 class EncoderOutput:
-    last_hidden_state: torch.Tensor  # (B, T, H)
+    last_hidden_state: torch.Tensor  # (B, T, H), or (B, M, H) with query_positions
     pooler_output: torch.Tensor  # (B, H): tanh(dense([CLS]))
     hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings, then each layer: L+1 x (B, T, H)
     attentions: tuple[torch.Tensor, ...] | None = None  # each layer: L x (B, nh, T, T)
@@ -162,8 +190,15 @@ class BertModel(nn.Module):
         attention_mask: torch.Tensor | None = None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
+        query_positions: torch.Tensor | None = None,
     ) -> EncoderOutput:
-        """input_ids, token_type_ids, attention_mask: (B, T) integers; attention_mask 1 = token, 0 = pad."""
+        """input_ids, token_type_ids, attention_mask: (B, T) integers; attention_mask 1 = token, 0 = pad.
+
+        query_positions (B, M), optional, column 0 all zeros ([CLS], for the pooler): the positions whose
+        final output is needed. The last layer then computes only those M queries (keys and values still
+        cover every position), and last_hidden_state is (B, M, H) in that order. Pretraining needs only
+        the masked positions and [CLS], so this skips ~85% of the last layer's work (`query_layout`).
+        """
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         # (B, T) -> (B, 1, 1, T): every query (and head) sees the same keys; pad keys are hidden. A batch
@@ -174,8 +209,9 @@ class BertModel(nn.Module):
         x = self.embeddings(input_ids, token_type_ids)
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
-        for layer in self.layers:
-            x, probs = layer(x, attn_mask, output_attentions)
+        for i, layer in enumerate(self.layers):
+            last = i == len(self.layers) - 1
+            x, probs = layer(x, attn_mask, output_attentions, query_positions if last else None)
             if output_hidden_states:
                 hidden_states.append(x)
             if output_attentions:
@@ -263,17 +299,32 @@ class BertForPreTraining(nn.Module):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
         mlm_positions: torch.Tensor | None = None,
+        query_positions: torch.Tensor | None = None,
     ) -> PreTrainingOutput:
         """labels (B, T): the original token id at masked positions, -100 elsewhere.
         next_sentence_label (B,): 0 = B follows A, 1 = B is a random sentence.
         mlm_positions (N,): optional flat indices into B*T of the positions to decode (see
         `pretraining_data.masked_positions`); without it they are found on the device, which costs a sync.
+        query_positions (B, M): optional, with labels: [CLS] and the masked positions of each row (see
+        `pretraining_data.query_layout`), so the last layer computes only those; mlm_positions then index
+        into B*M. Same losses and logits, less work.
         """
-        enc = self.bert(input_ids, token_type_ids, attention_mask, output_attentions, output_hidden_states)
-        h = enc.last_hidden_state  # (B, T, H)
+        if query_positions is not None and labels is None:
+            raise ValueError("query_positions needs labels: without them every position is decoded")
+        enc = self.bert(
+            input_ids,
+            token_type_ids,
+            attention_mask,
+            output_attentions,
+            output_hidden_states,
+            query_positions,
+        )
+        h = enc.last_hidden_state  # (B, T, H), or (B, M, H) with query_positions
         decoder_weight = self.bert.embeddings.word_embeddings.weight  # tied: (V, H)
         mlm_loss = nsp_loss = None
         if labels is not None:
+            if query_positions is not None:
+                labels = labels.gather(1, query_positions)  # (B, M): -100 at [CLS] and padding slots
             # Decode only the masked positions: the (H x V) projection is the largest matrix multiply in a
             # small BERT, and ~85% of positions carry no label.
             flat_labels = labels.reshape(-1)

@@ -21,7 +21,14 @@ import torch
 
 from nanobert.errors import NanobertError
 
-__all__ = ["Instance", "MaskingCollator", "batches", "create_instances", "masked_positions"]
+__all__ = [
+    "Instance",
+    "MaskingCollator",
+    "batches",
+    "create_instances",
+    "masked_positions",
+    "query_layout",
+]
 
 # Fixed project-wide (see tokenizer.py); ids >= NUM_SPECIAL_TOKENS are ordinary word pieces.
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 1, 2, 3, 4
@@ -224,6 +231,32 @@ def masked_positions(labels: torch.Tensor, multiple: int = 1) -> torch.Tensor:
     if pad:
         positions = torch.cat([positions, positions.new_zeros(pad)])
     return positions
+
+
+def query_layout(
+    labels: torch.Tensor, multiple: int = 1, width_multiple: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inputs of the model's last-layer pruning: `query_positions` (B, M) and `mlm_positions` (N,).
+
+    Row b of query_positions is [CLS] (position 0), then the labelled positions of row b in order, padded
+    with 0 to a common width M (rounded up to `width_multiple`, to keep compiled shapes few). mlm_positions
+    are the flat indices into B*M of the labelled slots, in the same row-major order as `masked_positions`,
+    padded with 0 (a [CLS] slot, label -100) to a multiple of `multiple`. Computed on the host, like
+    `masked_positions`, so the model needs no device-to-host synchronisation.
+    """
+    B = labels.size(0)
+    labelled = labels != IGNORE_INDEX  # (B, T)
+    width = 1 + int(labelled.sum(1).max()) if B else 1
+    width += -width % width_multiple
+    slot = labelled.cumsum(1)  # the j-th labelled position of a row goes to slot j (slot 0 is [CLS])
+    rows, cols = labelled.nonzero(as_tuple=True)  # row-major, the order of masked_positions
+    query_positions = torch.zeros(B, width, dtype=torch.long)
+    query_positions[rows, slot[rows, cols]] = cols
+    positions = rows * width + slot[rows, cols]
+    pad = -len(positions) % multiple
+    if pad:
+        positions = torch.cat([positions, positions.new_zeros(pad)])
+    return query_positions, positions
 
 
 class MaskingCollator:

@@ -64,7 +64,7 @@ from nanobert.pretraining_data import (
     MaskingCollator,
     batches,
     create_instances,
-    masked_positions,
+    query_layout,
 )
 from nanobert.tokenizer import load_tokenizer, train_tokenizer
 
@@ -156,6 +156,7 @@ class DataSources:
 
 
 MLM_POSITIONS_MULTIPLE = 64  # masked-position count padded to this, so compiled shapes stay few
+QUERY_WIDTH_MULTIPLE = 8  # the last layer's queries per row, likewise ([CLS] + ~15% of 128 = ~20)
 
 
 class CorpusInstances:
@@ -254,7 +255,7 @@ class BatchStream:
         return state["epoch"] + (state.get("window", 0) + within) / windows
 
     def next(self) -> dict[str, torch.Tensor]:
-        """The next batch, ready for the device: collated, masked, with `mlm_positions` computed here."""
+        """The next batch, ready for the device: collated, masked, with the query layout computed here."""
         while self.index >= len(self._load()):
             self.window, self.index, self._batches = self.window + 1, 0, None
             if self.window >= self.source.num_windows(self.epoch):
@@ -262,7 +263,10 @@ class BatchStream:
         batch = self.collator(self._load()[self.index])
         self.index += 1
         batch = shard_batch(batch, self.rank, self.world_size)
-        batch["mlm_positions"] = masked_positions(batch["labels"], MLM_POSITIONS_MULTIPLE)
+        # [CLS] and the masked positions, so the model's last layer computes only those (model.py).
+        batch["query_positions"], batch["mlm_positions"] = query_layout(
+            batch["labels"], MLM_POSITIONS_MULTIPLE, QUERY_WIDTH_MULTIPLE
+        )
         if bool(batch["attention_mask"].all()):
             # No padding: no mask, which lets SDPA use its fastest (flash) kernel. Decided here, on the host.
             del batch["attention_mask"]
