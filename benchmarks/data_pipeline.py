@@ -26,8 +26,9 @@ from nanobert.config import MODEL_PRESETS, ModelConfig
 from nanobert.corpus import read_text_file
 from nanobert.evaluate import tokenize_documents
 from nanobert.model import BertForPreTraining
-from nanobert.pretraining_data import MaskingCollator, batches, create_instances, masked_positions
+from nanobert.pretraining_data import MaskingCollator, batches, create_instances, query_layout
 from nanobert.tokenizer import train_tokenizer
+from nanobert.train import autocast_dtype
 
 
 def peak_rss_mib() -> float:
@@ -35,26 +36,29 @@ def peak_rss_mib() -> float:
 
 
 def measure_train_tokens_per_s(device: str, shape: str, vocab: int, batch_size: int, seq_len: int) -> float:
-    """Tokens/s of nanobert training steps on random full-length batches (bf16 on CUDA)."""
+    """Tokens/s of nanobert training steps on random full-length batches, at the trainer's precision."""
     dev = torch.device(device)
     model = BertForPreTraining(ModelConfig(vocab_size=vocab, **MODEL_PRESETS[shape])).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
     ids = torch.randint(5, vocab, (batch_size, seq_len), device=dev)
     labels = torch.where(torch.rand(batch_size, seq_len, device=dev) < 0.15, ids, -100)
-    positions = masked_positions(labels.cpu(), 64).to(dev)
+    query_positions, positions = (t.to(dev) for t in query_layout(labels.cpu(), 64, 8))
     nsp = torch.randint(0, 2, (batch_size,), device=dev)
-    amp = (
-        torch.autocast(dev.type, dtype=torch.bfloat16)
-        if dev.type == "cuda"
-        else torch.autocast("cpu", enabled=False)
-    )
+    amp_dtype = autocast_dtype("auto", dev)  # the trainer's default precision on this device
+    amp = torch.autocast(dev.type, dtype=amp_dtype) if amp_dtype else torch.autocast("cpu", enabled=False)
     times = []
     for i in range(13):
         if dev.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         with amp:
-            loss = model(ids, labels=labels, next_sentence_label=nsp, mlm_positions=positions).loss
+            loss = model(
+                ids,
+                labels=labels,
+                next_sentence_label=nsp,
+                mlm_positions=positions,
+                query_positions=query_positions,
+            ).loss
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -105,7 +109,7 @@ def main() -> None:
         n_tokens = 0
         for group in batches(instances, args.batch_size, seed=0, epoch=0, bucket=True):
             batch = collator(group)
-            masked_positions(batch["labels"], 64)
+            query_layout(batch["labels"], 64, 8)
             n_tokens += int(batch["attention_mask"].sum())
         stages.append(("mask every batch (1 epoch)", time.perf_counter() - t))
         per_epoch = stages[-1][1] + stages[-2][1]

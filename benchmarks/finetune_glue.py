@@ -69,6 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-seq-len", type=int, default=128)
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--device", default="auto")
+    p.add_argument(
+        "--precision",
+        choices=("auto", "fp32", "bf16"),
+        default="auto",
+        help="auto: bf16 autocast on CUDA and on CPUs with native bf16, else fp32",
+    )
     p.add_argument("--inits", nargs="+", choices=INITS, default=list(INITS))
     p.add_argument("--limit", type=int, help="use only the first N training rows (quick checks)")
     p.add_argument("--overwrite", action="store_true")
@@ -101,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                     max_seq_len=args.max_seq_len,
                     seed=args.seed,
                     device=args.device,
+                    precision=args.precision,
                 )
                 out = args.out / f"{name}-{init}-lr{lr:g}"
                 print(f"== {name} {init} lr {lr:g} -> {out}", file=sys.stderr, flush=True)

@@ -302,6 +302,11 @@ def _add_finetune(sub) -> None:
     p.add_argument("--max-seq-len", type=int, help="tokens per example incl. [CLS]/[SEP], default 128")
     p.add_argument("--seed", type=int, help="default 1337")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="default: auto (CUDA when present)")
+    p.add_argument(
+        "--precision",
+        choices=["auto", "fp32", "bf16"],
+        help="default: auto (bf16 autocast on CUDA and on CPUs with native bf16, else fp32)",
+    )
     p.add_argument("--format", choices=["csv", "tsv", "jsonl"], help="default: from the file extension")
     p.add_argument("--encoding", help="text encoding of the files (default UTF-8), e.g. latin-1")
     p.add_argument("--out", help="output directory (default: runs/finetune-TIMESTAMP)")
@@ -328,7 +333,7 @@ def _cmd_finetune(args) -> int:
         encoding=args.encoding,
     )
     names = ("epochs", "batch_size", "learning_rate", "warmup_ratio", "weight_decay", "max_seq_len")
-    names += ("seed", "device", "metric")
+    names += ("seed", "device", "precision", "metric")
     cfg = FinetuneConfig(**{n: getattr(args, n) for n in names if getattr(args, n) is not None})
     init = "scratch" if args.from_scratch else "pretrained"
     out = Path(args.out) if args.out else Path("runs") / f"finetune-{init}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -117,7 +117,7 @@ class TrainConfig:
     early_stopping_patience: int | None = None  # evaluations without a new best before stopping
     # hardware
     device: str = "auto"
-    precision: str = "auto"  # auto = bf16 autocast on CUDA, fp32 on CPU; or "fp32" / "bf16"
+    precision: str = "auto"  # auto = bf16 autocast on CUDA and on CPUs with native bf16, else fp32
     compile: bool = False
     num_workers: int = 0
 

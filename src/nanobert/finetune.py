@@ -73,7 +73,7 @@ class FinetuneConfig:
     metric: str | None = None  # the dev metric that picks the best epoch; None = accuracy / pearson
     seed: int = 1337
     device: str = "auto"
-    precision: str = "auto"  # bf16 autocast on CUDA, fp32 on the CPU
+    precision: str = "auto"  # bf16 autocast on CUDA and on CPUs with native bf16, else fp32
     eval_batch_size: int = 128
     log_interval: int = 50
 

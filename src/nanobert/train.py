@@ -98,10 +98,29 @@ def resolve_device(name: str) -> torch.device:
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """bf16 autocast on CUDA (auto or bf16), none (fp32) on the CPU unless bf16 is asked for."""
-    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+    """The autocast dtype: bf16 when asked for, or for "auto" where bf16 is fast; None means fp32.
+
+    "auto" is bf16 on CUDA and on a CPU with native bf16 matmuls (AVX512-BF16 or AMX), where bf16 autocast
+    about doubles training speed (benchmarks/README.md); elsewhere oneDNN emulates bf16, slower than fp32.
+    """
+    native = device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16())
+    if precision == "bf16" and not native:
+        print(
+            "nanobert: note: this CPU has no native bf16, so precision bf16 is slow; "
+            "--set precision=fp32 is faster",
+            file=sys.stderr,
+        )
+    if precision == "bf16" or (precision == "auto" and native):
         return torch.bfloat16
     return None
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether oneDNN runs bf16 matmuls natively on this CPU (AVX512-BF16 or AMX)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def hardware_description(device: torch.device, world_size: int = 1) -> dict[str, Any]:
