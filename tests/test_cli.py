@@ -70,6 +70,7 @@ def test_bad_corpora(tmp_path, capsys):
             "--quiet",
         )
         assert_one_line_error(code, err, needle)
+        assert not (tmp_path / "out").exists()  # bad input fails before anything is written
 
 
 def test_resume_from_a_non_checkpoint(tmp_path, capsys):

@@ -27,6 +27,7 @@ __all__ = [
     "batches",
     "create_instances",
     "masked_positions",
+    "nsp_documents",
     "query_layout",
 ]
 
@@ -136,6 +137,18 @@ def _instances_from_document(
     return instances
 
 
+def nsp_documents(documents: list[list[list[int]]]) -> list[list[list[int]]]:
+    """The non-empty documents with their non-empty sentences; NanobertError if fewer than two (NotNext
+    needs another document). Filtering copies references only, never token lists."""
+    docs = [d for d in ([s for s in doc if s] for doc in documents) if d]
+    if len(docs) < 2:
+        raise NanobertError(
+            f"NSP needs at least two documents; this corpus has {len(docs)} — add documents separated by a "
+            "blank line or a ' = Title = ' heading"
+        )
+    return docs
+
+
 def create_instances(
     documents: list[list[list[int]]],
     max_seq_len: int,
@@ -164,13 +177,7 @@ def create_instances(
     for name, p in (("short_seq_prob", short_seq_prob), ("random_next_prob", random_next_prob)):
         if not 0.0 <= p <= 1.0:
             raise NanobertError(f"{name}={p} is not a probability; use a value between 0 and 1")
-    # Filtering copies references only, never token lists.
-    docs = [d for d in ([s for s in doc if s] for doc in documents) if d]
-    if len(docs) < 2:
-        raise NanobertError(
-            f"NSP needs at least two documents; this corpus has {len(docs)} — add documents separated by a "
-            "blank line or a ' = Title = ' heading"
-        )
+    docs = nsp_documents(documents)
     rng = _rng("instances", seed, epoch)
     max_num_tokens = max_seq_len - 3
     instances: list[Instance] = []

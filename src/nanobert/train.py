@@ -64,6 +64,7 @@ from nanobert.pretraining_data import (
     MaskingCollator,
     batches,
     create_instances,
+    nsp_documents,
     query_layout,
 )
 from nanobert.tokenizer import load_tokenizer, train_tokenizer
@@ -675,7 +676,9 @@ def _pretrain(
         resume = Path(resume)
         read_config(resume)
         resume_state = load_trainer_state(resume)
-    prepare_out_dir(out_dir, overwrite, resuming_inside=resume is not None, create=ctx.is_main)
+    # Check the output directory now, but create it only once the data and tokenizer have loaded, so a
+    # bad input fails before anything is written.
+    prepare_out_dir(out_dir, overwrite, resuming_inside=resume is not None, create=False)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
 
@@ -711,6 +714,7 @@ def _pretrain(
         source, valid_tok, held_out_note = _prepared_data(prepared, train_split, tokenizer, cfg, sources)
     else:
         source = tokenize_documents(tokenizer, train_docs)
+        nsp_documents(source)  # fail on a one-document corpus now, not at the first batch
         valid_tok = tokenize_documents(tokenizer, valid_docs)
     eval_batches: list[dict[str, torch.Tensor]] = []  # only rank 0 evaluates
     ctx.on_main(
@@ -718,6 +722,7 @@ def _pretrain(
             prepare_eval_batches(valid_tok, cfg.max_seq_len, cfg.eval_batch_size, vocab_size, cfg.eval_seed)
         )
     )
+    prepare_out_dir(out_dir, overwrite, resuming_inside=resume is not None, create=ctx.is_main)
     word_start = word_start_table(tokenizer, vocab_size) if cfg.whole_word_mask else None
     collator = MaskingCollator(
         vocab_size,
