@@ -1,10 +1,12 @@
 import json
 
 import pytest
+import torch
 from helpers import TINY_SET, write_corpus
 
+from nanobert import train
 from nanobert.cli import main
-from nanobert.train import lr_multiplier
+from nanobert.train import autocast_dtype, lr_multiplier
 
 ARTEFACTS = ("config.json", "model.safetensors", "tokenizer.json", "vocab.txt", "trainer_state.pt")
 
@@ -142,3 +144,17 @@ def test_prefetcher_yields_the_same_batches_and_states(tmp_path):
             assert torch.equal(sa["collator"]["generator"], sb["collator"]["generator"])
     finally:
         pre.close()
+
+
+def test_precision_auto_uses_bf16_only_where_it_is_native(monkeypatch, capsys):
+    cpu = torch.device("cpu")
+    assert autocast_dtype("fp32", cpu) is None
+    monkeypatch.setattr(train, "cpu_has_native_bf16", lambda: True)
+    assert autocast_dtype("auto", cpu) is torch.bfloat16
+    monkeypatch.setattr(train, "cpu_has_native_bf16", lambda: False)
+    assert autocast_dtype("auto", cpu) is None
+    assert capsys.readouterr().err == ""
+    # Asked for explicitly, bf16 is honoured, with a one-line note that fp32 would be faster here.
+    assert autocast_dtype("bf16", cpu) is torch.bfloat16
+    note = capsys.readouterr().err.strip().splitlines()
+    assert len(note) == 1 and "precision=fp32" in note[0]
