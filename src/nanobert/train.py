@@ -3,7 +3,8 @@
 Follows nanoGPT's train.py and litgpt's pretrain.py.
 
 `pretrain()` is the whole job behind `nanobert pretrain`. The loop is deliberately plain: take a batch,
-forward and backward (with gradient accumulation and bf16 autocast on CUDA), clip, step AdamW at the
+forward and backward (with gradient accumulation and bf16 autocast where the hardware runs bf16 natively:
+CUDA, or a CPU with AVX512-BF16 or AMX), clip, step AdamW at the
 scheduled learning rate, and now and then log, evaluate and checkpoint. Host synchronisation (`.item()`)
 happens only at log and evaluation intervals.
 
