@@ -233,11 +233,13 @@ def masked_positions(labels: torch.Tensor, multiple: int = 1) -> torch.Tensor:
     without a device-to-host synchronisation; the padding points at position 0 of the first row ([CLS],
     label -100), which the loss ignores, and keeps the number of distinct shapes small for torch.compile.
     """
-    positions = (labels.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(1)
+    return _pad_with_zeros((labels.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(1), multiple)
+
+
+def _pad_with_zeros(positions: torch.Tensor, multiple: int) -> torch.Tensor:
+    """positions followed by zeros up to a multiple of `multiple` (index 0 is a [CLS] slot, label -100)."""
     pad = -len(positions) % multiple
-    if pad:
-        positions = torch.cat([positions, positions.new_zeros(pad)])
-    return positions
+    return torch.cat([positions, positions.new_zeros(pad)]) if pad else positions
 
 
 def query_layout(
@@ -259,11 +261,7 @@ def query_layout(
     rows, cols = labelled.nonzero(as_tuple=True)  # row-major, the order of masked_positions
     query_positions = torch.zeros(B, width, dtype=torch.long)
     query_positions[rows, slot[rows, cols]] = cols
-    positions = rows * width + slot[rows, cols]
-    pad = -len(positions) % multiple
-    if pad:
-        positions = torch.cat([positions, positions.new_zeros(pad)])
-    return query_positions, positions
+    return query_positions, _pad_with_zeros(rows * width + slot[rows, cols], multiple)
 
 
 class MaskingCollator:
