@@ -66,6 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--learning-rate", type=float, nargs="+", default=[FinetuneConfig.learning_rate])
     p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument(
+        "--layer-lr-decay",
+        type=float,
+        default=FinetuneConfig.layer_lr_decay,
+        help="learning-rate factor per encoder layer going down (1 = one learning rate)",
+    )
     p.add_argument("--max-seq-len", type=int, default=128)
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--device", default="auto")
@@ -104,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
                     epochs=args.epochs,
                     batch_size=args.batch_size,
                     learning_rate=lr,
+                    layer_lr_decay=args.layer_lr_decay,
                     max_seq_len=args.max_seq_len,
                     seed=args.seed,
                     device=args.device,
@@ -143,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         "checkpoint": str(args.checkpoint),
         "epochs": args.epochs,
         "batch_size": args.batch_size,
+        "layer_lr_decay": args.layer_lr_decay,
         "max_seq_len": args.max_seq_len,
         "seed": args.seed,
         "limit": args.limit,

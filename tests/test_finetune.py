@@ -22,6 +22,7 @@ from nanobert.finetune import (
     collate,
     encode_texts,
     label_order,
+    layerwise_parameter_groups,
     load_finetuned,
     load_split,
     macro_f1,
@@ -272,6 +273,54 @@ def test_from_scratch_keeps_only_the_shape(pretrained):
     assert torch.equal(warm.classifier.weight, cold.classifier.weight)  # the same head init
 
 
+@pytest.mark.parametrize("pre_layer_norm", [False, True])
+def test_layer_lr_decay_scales_each_depth(pre_layer_norm):
+    from nanobert.config import ModelConfig
+    from nanobert.model import BertForSequenceClassification
+
+    config = ModelConfig(
+        vocab_size=31, hidden_size=16, num_hidden_layers=3, num_attention_heads=2, intermediate_size=19,
+        max_position_embeddings=24, pre_layer_norm=pre_layer_norm,
+    )  # fmt: skip
+    model = BertForSequenceClassification(config, 3)
+    groups = layerwise_parameter_groups(model, weight_decay=0.05, layer_lr_decay=0.5)
+    scale = {id(p): g["lr_scale"] for g in groups for p in g["params"]}
+    decay = {id(p): g["weight_decay"] for g in groups for p in g["params"]}
+    named = dict(model.named_parameters())
+    assert len(scale) == len(named)  # every parameter in exactly one group
+    want = {"classifier": 1.0, "bert.pooler": 1.0, "bert.layers.2": 0.5, "bert.layers.1": 0.25}
+    want |= {"bert.layers.0": 0.125, "bert.embeddings": 0.0625, "bert.final_layer_norm": 1.0}
+    for name, p in named.items():
+        prefix = next(k for k in want if name.startswith(k + "."))
+        assert scale[id(p)] == want[prefix], name
+        assert decay[id(p)] == (0.05 if p.ndim >= 2 else 0.0), name
+    ones = layerwise_parameter_groups(model, 0.05, 1.0)
+    assert {g["lr_scale"] for g in ones} == {1.0}
+
+
+def test_layer_lr_decay_reaches_the_optimizer(pretrained, task, tmp_path):
+    """`--layer-lr-decay 0.1`: the pooler still trains at the full rate, the embeddings at 0.1**3 of it."""
+    pre, _ = load_pretraining_checkpoint(pretrained)
+    before = dict(pre.bert.named_parameters())
+    train, dev = task
+    moved = {}
+    for decay in ("1", "0.1"):
+        out = tmp_path / f"lld{decay}"
+        argv = ["finetune", pretrained, "--train", train, "--dev", dev, "--out", out, "--epochs", "1"]
+        argv += ["--text-col", "sentence", "--label-col", "label", "--learning-rate", "1e-3"]
+        argv += ["--weight-decay", "0", "--precision", "fp32", "--device", "cpu", "--quiet"]
+        assert main([str(a) for a in argv + ["--layer-lr-decay", decay]]) == 0
+        tuned, _, config = load_finetuned(out)
+        assert config["finetune"]["layer_lr_decay"] == float(decay)
+        after = dict(tuned.bert.named_parameters())
+        moved[decay] = {
+            n: (after[n] - before[n]).norm().item() for n in ("embeddings.word_embeddings.weight", "pooler.weight")
+        }
+    word, pooler = "embeddings.word_embeddings.weight", "pooler.weight"
+    assert moved["0.1"][word] < 0.05 * moved["1"][word]
+    assert moved["0.1"][pooler] > 0.3 * moved["1"][pooler]
+
+
 def test_regression_and_headerless_files(pretrained, tmp_path, capsys):
     rng = random.Random(5)
     lines = [f"{rng.uniform(0, 5):.2f}\t{' '.join(rng.sample(FILLER, 4))}" for _ in range(20)]
@@ -353,6 +402,7 @@ def test_bad_input(pretrained, tuned, task, tmp_path, capsys):
     check([*base, "--train", tmp_path / "missing.csv", "--dev", dev, *cols], "does not exist")
     check([*base, "--train", train, "--dev", dev, *cols, "--task", "regression"], "not a number")
     check([*base, "--train", train, "--dev", dev, *cols, "--metric", "pearson"], "does not apply")
+    check([*base, "--train", train, "--dev", dev, *cols, "--layer-lr-decay", "0"], "layer_lr_decay", "(0, 1]")
     # a file with a header row, indexed as if it had none
     sst = tmp_path / "sst.tsv"
     sst.write_text("sentence\tlabel\nred alpha\t1\nblue bravo\t0\n")

@@ -299,6 +299,11 @@ def _add_finetune(sub) -> None:
     p.add_argument("--learning-rate", type=float, help="peak AdamW learning rate, default 1e-4")
     p.add_argument("--warmup-ratio", type=float, help="share of steps warming up linearly, default 0.1")
     p.add_argument("--weight-decay", type=float, help="default 0.01")
+    p.add_argument(
+        "--layer-lr-decay",
+        type=float,
+        help="learning-rate factor per encoder layer going down, embeddings last; default 1 (one rate)",
+    )
     p.add_argument("--max-seq-len", type=int, help="tokens per example incl. [CLS]/[SEP], default 128")
     p.add_argument("--seed", type=int, help="default 1337")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="default: auto (CUDA when present)")
@@ -332,8 +337,8 @@ def _cmd_finetune(args) -> int:
         format=args.format,
         encoding=args.encoding,
     )
-    names = ("epochs", "batch_size", "learning_rate", "warmup_ratio", "weight_decay", "max_seq_len")
-    names += ("seed", "device", "precision", "metric")
+    names = ("epochs", "batch_size", "learning_rate", "warmup_ratio", "weight_decay", "layer_lr_decay")
+    names += ("max_seq_len", "seed", "device", "precision", "metric")
     cfg = FinetuneConfig(**{n: getattr(args, n) for n in names if getattr(args, n) is not None})
     init = "scratch" if args.from_scratch else "pretrained"
     out = Path(args.out) if args.out else Path("runs") / f"finetune-{init}-{time.strftime('%Y%m%d-%H%M%S')}"

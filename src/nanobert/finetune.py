@@ -38,7 +38,7 @@ from nanobert.checkpoint import (
 )
 from nanobert.config import ModelConfig, config_from_dict, config_to_dict
 from nanobert.errors import NanobertError
-from nanobert.model import BertForPreTraining, BertForSequenceClassification, decay_parameter_groups
+from nanobert.model import BertForPreTraining, BertForSequenceClassification
 from nanobert.tabular import Column, Table, detect_format, read_table, write_table
 from nanobert.tokenizer import CLS_ID, PAD_ID, SEP_ID, encode_sentences, load_tokenizer
 from nanobert.train import (
@@ -67,6 +67,10 @@ class FinetuneConfig:
     learning_rate: float = 1e-4
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01  # not applied to biases and LayerNorm weights
+    # Layer-wise learning-rate decay (ELECTRA's fine-tuning recipe): the pooler and head train at
+    # learning_rate, each encoder layer below at `layer_lr_decay` times the one above, the embeddings last.
+    # Below 1 it keeps more of what pretraining put in the lower layers; 1.0 = one learning rate.
+    layer_lr_decay: float = 1.0
     adam_eps: float = 1e-6  # BERT's value
     grad_clip: float = 1.0
     max_seq_len: int = 128  # tokens including [CLS]/[SEP]; longer inputs lose tokens from the longer side
@@ -85,6 +89,7 @@ class FinetuneConfig:
             ("learning_rate", self.learning_rate > 0, "positive"),
             ("warmup_ratio", 0.0 <= self.warmup_ratio < 1.0, "in [0, 1)"),
             ("weight_decay", self.weight_decay >= 0, "non-negative"),
+            ("layer_lr_decay", 0.0 < self.layer_lr_decay <= 1.0, "in (0, 1]"),
             ("max_seq_len", self.max_seq_len >= 3, "at least 3 ([CLS], a token, [SEP])"),
             ("log_interval", self.log_interval >= 1, "at least 1"),
             ("precision", self.precision in ("auto", "fp32", "bf16"), "auto, fp32 or bf16"),
@@ -404,6 +409,36 @@ def load_split(
 # Models: from a pretraining checkpoint, and fine-tuned ones back from disk
 
 
+def layerwise_parameter_groups(
+    model: BertForSequenceClassification, weight_decay: float, layer_lr_decay: float
+) -> list[dict]:
+    """AdamW groups with an `lr_scale` each: 1 for the pooler and head, `layer_lr_decay ** k` for the
+    encoder layer k steps below the top (k = 1 for the last layer) and for the embeddings below them all.
+
+    Weight decay is split as in pretraining (none on biases and LayerNorm parameters).
+    """
+    num_layers = len(model.bert.layers)
+
+    def depth_below_top(name: str) -> int:
+        if name.startswith("bert.embeddings."):
+            return num_layers + 1
+        if name.startswith("bert.layers."):
+            return num_layers - int(name.split(".")[2])
+        return 0  # pooler, final LayerNorm of pre-LN models, classifier
+
+    groups: dict[tuple[int, bool], dict] = {}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        k, decays = depth_below_top(name), p.ndim >= 2  # biases and LayerNorm parameters are 1-D
+        group = groups.setdefault(
+            (k, decays),
+            {"params": [], "weight_decay": weight_decay if decays else 0.0, "lr_scale": layer_lr_decay**k},
+        )
+        group["params"].append(p)
+    return list(groups.values())
+
+
 def build_classifier(
     pretrained: BertForPreTraining, num_labels: int, task: str, from_scratch: bool, seed: int
 ) -> BertForSequenceClassification:
@@ -537,7 +572,9 @@ def finetune(
     torch.manual_seed(cfg.seed)  # dropout
 
     optimizer = torch.optim.AdamW(
-        decay_parameter_groups(model, cfg.weight_decay), lr=cfg.learning_rate, eps=cfg.adam_eps
+        layerwise_parameter_groups(model, cfg.weight_decay, cfg.layer_lr_decay),
+        lr=cfg.learning_rate,
+        eps=cfg.adam_eps,
     )
     steps_per_epoch = math.ceil(len(train.data) / cfg.batch_size)
     total_steps = cfg.epochs * steps_per_epoch
@@ -574,7 +611,7 @@ def finetune(
                 # learning rate for this step: linear warmup, then linear decay to 0
                 lr = cfg.learning_rate * lr_multiplier((step + 1) / total_steps, cfg.warmup_ratio)
                 for group in optimizer.param_groups:
-                    group["lr"] = lr
+                    group["lr"] = lr * group["lr_scale"]
                 # forward and backward
                 batch = {k: v.to(device, non_blocking=True) for k, v in collate(train.data, index).items()}
                 window_tokens += sum(len(train.data.input_ids[i]) for i in index)
