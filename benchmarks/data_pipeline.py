@@ -24,11 +24,10 @@ import torch
 
 from nanobert.config import MODEL_PRESETS, ModelConfig
 from nanobert.corpus import read_text_file
-from nanobert.evaluate import tokenize_documents
+from nanobert.device import autocast_dtype
 from nanobert.model import BertForPreTraining
 from nanobert.pretraining_data import MaskingCollator, batches, create_instances, query_layout
-from nanobert.tokenizer import train_tokenizer
-from nanobert.train import autocast_dtype
+from nanobert.tokenizer import encode_documents, train_tokenizer
 
 
 def peak_rss_mib() -> float:
@@ -97,7 +96,7 @@ def main() -> None:
         tokenizer = train_tokenizer((s for d in documents for s in d), vocab_size=args.vocab_size)
         stages.append(("train WordPiece", time.perf_counter() - t))
         t = time.perf_counter()
-        tokenized = tokenize_documents(tokenizer, documents)
+        tokenized = encode_documents(tokenizer, documents)
         stages.append(("tokenize", time.perf_counter() - t))
         one_time = sum(s for _, s in stages)
 

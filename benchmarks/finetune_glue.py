@@ -28,7 +28,9 @@ import sys
 import time
 from pathlib import Path
 
-from nanobert.finetune import FinetuneConfig, TaskSpec, finetune
+from nanobert.config import FinetuneConfig
+from nanobert.finetune import finetune
+from nanobert.finetune_data import TaskSpec
 
 INITS = ("pretrained", "scratch")
 

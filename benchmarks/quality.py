@@ -20,8 +20,10 @@ import time
 from pathlib import Path
 
 from nanobert.config import build_configs, parse_overrides
+from nanobert.device import resolve_device
 from nanobert.evaluate import evaluate_checkpoint
-from nanobert.train import DataSources, pretrain, resolve_device
+from nanobert.sources import DataSources
+from nanobert.train import pretrain
 
 FIELDS = (
     "date",

@@ -57,10 +57,18 @@ TINY_MODEL = dict(
 
 
 def train_tiny_checkpoint(root: Path, steps: int = 3) -> Path:
-    """A tiny post-LN model trained for a few steps on a generated corpus; returns its best/ checkpoint."""
-    from nanobert.cli import main
+    """A tiny post-LN model trained for a few steps on a generated corpus; returns its best/ checkpoint.
+
+    Built as `nanobert pretrain --train corpus.txt --max-steps N --set TINY_SET` builds it, through the
+    library functions behind that command.
+    """
+    from nanobert.config import new_run_configs, parse_overrides
+    from nanobert.sources import DataSources
+    from nanobert.train import pretrain
 
     corpus = write_corpus(root / "corpus.txt")
-    argv = ["pretrain", "--train", str(corpus), "--out", str(root / "run"), "--max-steps", str(steps)]
-    assert main([*argv, "--device", "cpu", "--quiet", "--set", *TINY_SET]) == 0
+    model_over, train_over = parse_overrides([*TINY_SET, "device=cpu", f"max_steps={steps}"])
+    model_config, train_config, preset, _ = new_run_configs(None, None, "cpu", model_over, train_over)
+    sources = DataSources.for_new_run(train_file=str(corpus))
+    pretrain(model_config, train_config, sources, root / "run", preset=preset, quiet=True)
     return root / "run" / "best"

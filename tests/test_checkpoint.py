@@ -75,3 +75,19 @@ def test_config_json_is_readable(tmp_path, tiny_config):
     save_checkpoint(tmp_path / "ck", BertForPreTraining(tiny_config), TrainConfig(), None)
     config = json.loads((tmp_path / "ck" / "config.json").read_text())
     assert config["model"]["hidden_size"] == 32 and config["kind"] == "pretraining"
+
+
+def test_one_loader_per_kind_refuses_the_other_kinds(tmp_path, tiny_config):
+    from nanobert.checkpoint import SEQUENCE_CLASSIFICATION, load_finetuned
+    from nanobert.model import BertForSequenceClassification
+
+    save_checkpoint(tmp_path / "pre", BertForPreTraining(tiny_config), TrainConfig(), None)
+    classifier = BertForSequenceClassification(tiny_config, 3)
+    extra = {"num_labels": 3, "task": "classification", "labels": ["a", "b", "c"]}
+    save_checkpoint(
+        tmp_path / "ft" / "best", classifier, None, None, extra=extra, kind=SEQUENCE_CLASSIFICATION
+    )
+    with pytest.raises(NanobertError, match="holds a sequence_classification checkpoint.*nanobert predict"):
+        load_pretraining_checkpoint(tmp_path / "ft" / "best")
+    with pytest.raises(NanobertError, match="holds a pretraining checkpoint, not a fine-tuned model"):
+        load_finetuned(tmp_path / "pre")

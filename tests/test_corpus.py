@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -258,3 +259,36 @@ def test_real_wikitext2_valid() -> None:
     # 1,841 paragraphs of four to five sentences each on average.
     assert 7000 < num_sentences < 9500
     assert documents[0][1] == "It is closely related to the American lobster , H. americanus ."
+
+
+def test_an_unreachable_hub_fails_fast_and_names_the_offline_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Offline, the first run's error comes at once (only the local cache is tried, in Hugging Face's
+    offline mode) and names both ways forward: local files, or the built-in toy corpus."""
+    datasets = pytest.importorskip("datasets")
+    import nanobert.corpus as corpus
+
+    seen = []
+
+    def cache_only(path: str, name: str, split: str) -> object:
+        seen.append(os.environ.get("HF_HUB_OFFLINE"))
+        raise ConnectionError("Couldn't reach 'wikitext' on the Hub (OfflineModeIsEnabled)")
+
+    monkeypatch.setattr(corpus, "hub_reachable", lambda timeout=corpus.HUB_PROBE_SECONDS: False)
+    monkeypatch.setattr(datasets, "load_dataset", cache_only)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with pytest.raises(NanobertError) as error:
+        load_documents("wikitext-2-raw-v1", "train")
+    assert seen == ["1"] and "HF_HUB_OFFLINE" not in os.environ  # offline mode only while loading
+    message = str(error.value)
+    assert "unreachable" in message and "--train/--valid" in message and "--data toy" in message
+
+
+def test_hub_probe_answers_quickly_for_an_address_that_does_not_resolve(monkeypatch) -> None:
+    import time
+
+    from nanobert.corpus import hub_reachable
+
+    monkeypatch.setenv("HF_ENDPOINT", "https://nanobert-no-such-host.invalid")
+    start = time.perf_counter()
+    assert hub_reachable(timeout=2.0) is False
+    assert time.perf_counter() - start < 5.0

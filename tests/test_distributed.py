@@ -14,7 +14,7 @@ import nanobert
 from nanobert.cli import main
 from nanobert.model import BertForPreTraining
 from nanobert.pretraining_data import IGNORE_INDEX, Instance, MaskingCollator
-from nanobert.train import shard_batch
+from nanobert.streams import shard_batch
 
 NO_DROPOUT = ["hidden_dropout_prob=0", "attention_probs_dropout_prob=0"]
 

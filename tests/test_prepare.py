@@ -12,8 +12,8 @@ from nanobert.cli import main
 from nanobert.config import TrainConfig
 from nanobert.corpus import read_text_file
 from nanobert.errors import NanobertError
-from nanobert.evaluate import tokenize_documents
 from nanobert.prepare import PreparedCorpus, WindowedInstances, iter_documents, prepare_corpus
+from nanobert.tokenizer import encode_documents
 
 CLS, SEP = 2, 3
 
@@ -57,7 +57,7 @@ def test_prepared_layout_holds_the_tokenized_corpus(prepared):
     tokenizer = pc.tokenizer()
     for name, path in (("train", corpus), ("valid", valid)):
         split = pc.split(name)
-        expected = tokenize_documents(tokenizer, read_text_file(path))
+        expected = encode_documents(tokenizer, read_text_file(path))
         assert list(split) == expected
         assert meta["splits"][name] == {
             "documents": len(expected),

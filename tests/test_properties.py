@@ -17,10 +17,9 @@ from hypothesis import strategies as st
 from nanobert.config import TrainConfig
 from nanobert.corpus import read_text_file
 from nanobert.errors import NanobertError
-from nanobert.evaluate import tokenize_documents
 from nanobert.prepare import PreparedCorpus, WindowedInstances, iter_documents, prepare_corpus
 from nanobert.pretraining_data import IGNORE_INDEX, NUM_SPECIAL_TOKENS, MaskingCollator, create_instances
-from nanobert.tokenizer import save_tokenizer, train_tokenizer
+from nanobert.tokenizer import encode_documents, save_tokenizer, train_tokenizer
 
 SLOW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -76,7 +75,7 @@ def test_the_data_path_never_crashes_and_keeps_its_invariants(text, max_seq_len,
             tokenizer = train_tokenizer((s for d in documents for s in d), vocab_size=40, min_frequency=1)
             vocab_size = tokenizer.get_vocab_size()
             collator = MaskingCollator(vocab_size, seed=seed, pad_to_multiple_of=None)
-            tokenized = tokenize_documents(tokenizer, documents)
+            tokenized = encode_documents(tokenizer, documents)
             instances = create_instances(tokenized, max_seq_len, seed=seed)
         except NanobertError as e:
             event(f"stopped: {str(e)[:30]}")

@@ -16,11 +16,15 @@ from nanobert.tokenizer import (
     SEP_ID,
     SPECIAL_TOKENS,
     UNK_ID,
+    encode_documents,
     encode_pair,
+    encode_pairs,
     encode_sentences,
     load_tokenizer,
+    pad,
     save_tokenizer,
     train_tokenizer,
+    truncate_pair,
 )
 
 # A few hundred words with capitals, accents, numbers and punctuation, so every normalizer step matters.
@@ -142,3 +146,29 @@ def test_bad_inputs() -> None:
         train_tokenizer(CORPUS, vocab_size=NUM_SPECIAL_TOKENS)
     with pytest.raises(NanobertError, match="empty text"):
         train_tokenizer(["", "  \n"], vocab_size=99)
+
+
+def test_encode_pairs_batches_what_encode_pair_does(tokenizer) -> None:
+    ids, types = encode_pairs(tokenizer, TEXTS[:3], TEXTS[3:], max_length=12)
+    for a, b, i, t in zip(TEXTS[:3], TEXTS[3:], ids, types, strict=True):
+        one = encode_pair(tokenizer, a, b, max_length=12)
+        assert (i, t) == (one["input_ids"], one["token_type_ids"]) and len(i) <= 12
+    singles, _ = encode_pairs(tokenizer, TEXTS)
+    assert singles == [encode_pair(tokenizer, t)["input_ids"] for t in TEXTS]
+    assert truncate_pair(10, 3, 8) == (5, 3) and truncate_pair(4, 9, 6) == (3, 3)
+
+
+def test_encode_documents_keeps_the_document_structure(tokenizer) -> None:
+    docs = [TEXTS[:2], [TEXTS[2]], TEXTS[3:]]
+    encoded = encode_documents(tokenizer, docs)
+    assert [len(d) for d in encoded] == [2, 1, 3]
+    assert encoded[2][0] == tokenizer.encode(TEXTS[3], add_special_tokens=False).ids
+
+
+def test_pad_is_the_one_padding_rule() -> None:
+    ids, mask = pad([[5, 6, 7], [8]], pad_id=0)
+    assert ids.tolist() == [[5, 6, 7], [8, 0, 0]] and mask.tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert pad([[5, 6, 7]], multiple_of=8)[0].shape == (1, 8)
+    assert pad([[5]], width=4)[0].tolist() == [[5, 0, 0, 0]]
+    with pytest.raises(NanobertError, match="pad_to"):
+        pad([[1, 2, 3]], width=2)

@@ -1,24 +1,11 @@
 import json
 
 import pytest
-import torch
 from helpers import TINY_SET, write_corpus
 
-from nanobert import train
 from nanobert.cli import main
-from nanobert.train import autocast_dtype, lr_multiplier
 
 ARTEFACTS = ("config.json", "model.safetensors", "tokenizer.json", "vocab.txt", "trainer_state.pt")
-
-
-def test_lr_schedule_is_warmup_then_linear_decay():
-    assert lr_multiplier(0.0, 0.1) == 0.0
-    assert lr_multiplier(0.05, 0.1) == pytest.approx(0.5)
-    assert lr_multiplier(0.1, 0.1) == pytest.approx(1.0)
-    assert lr_multiplier(0.55, 0.1) == pytest.approx(0.5)
-    assert lr_multiplier(1.0, 0.1) == 0.0
-    assert lr_multiplier(1.0, 0.1, min_lr_ratio=0.1) == pytest.approx(0.1)
-    assert lr_multiplier(0.5, 0.0) == pytest.approx(0.5)
 
 
 def read_metrics(run):
@@ -124,37 +111,64 @@ def test_toy_corpus_is_memorised(tmp_path, capsys):
     assert metrics["mlm_accuracy"] >= 0.95 and metrics["nsp_accuracy"] >= 0.95, metrics
 
 
-def test_prefetcher_yields_the_same_batches_and_states(tmp_path):
-    """The GPU path prepares batches on a thread; it must feed exactly what the synchronous path does."""
-    import torch
-
-    from nanobert.config import TrainConfig
-    from nanobert.pretraining_data import MaskingCollator
-    from nanobert.train import BatchStream, Prefetcher, Synchronous
-
-    docs = [[[5 + (d * 7 + s) % 40] * (3 + s) for s in range(6)] for d in range(5)]
-    cfg = TrainConfig(max_seq_len=24, batch_size=4)
-    sync = Synchronous(BatchStream(docs, cfg, MaskingCollator(50, seed=3)))
-    pre = Prefetcher(BatchStream(docs, cfg, MaskingCollator(50, seed=3)), depth=2, pin_memory=False)
-    try:
-        for _ in range(12):  # crosses epoch boundaries
-            (a, sa), (b, sb) = sync.next(), pre.next()
-            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-            assert (sa["epoch"], sa["index"]) == (sb["epoch"], sb["index"])
-            assert torch.equal(sa["collator"]["generator"], sb["collator"]["generator"])
-    finally:
-        pre.close()
+# ----------------------------------------------------------------------------------------------------------
+# Bugs the shared engine fixed, each with the test that failed before
 
 
-def test_precision_auto_uses_bf16_only_where_it_is_native(monkeypatch, capsys):
-    cpu = torch.device("cpu")
-    assert autocast_dtype("fp32", cpu) is None
-    monkeypatch.setattr(train, "cpu_has_native_bf16", lambda: True)
-    assert autocast_dtype("auto", cpu) is torch.bfloat16
-    monkeypatch.setattr(train, "cpu_has_native_bf16", lambda: False)
-    assert autocast_dtype("auto", cpu) is None
-    assert capsys.readouterr().err == ""
-    # Asked for explicitly, bf16 is honoured, with a one-line note that fp32 would be faster here.
-    assert autocast_dtype("bf16", cpu) is torch.bfloat16
-    note = capsys.readouterr().err.strip().splitlines()
-    assert len(note) == 1 and "precision=fp32" in note[0]
+def test_resume_into_a_new_out_continues_the_run_exactly(tmp_path, capsys):
+    """`--resume A/last --out B` used to end in a traceback (B/metrics.jsonl did not exist)."""
+    full, first, second = tmp_path / "full", tmp_path / "A", tmp_path / "B"
+    set_dropout = ["--set", "hidden_dropout_prob=0.1"]
+    assert pretrain(tmp_path, full, "--max-steps", "12", *set_dropout) == 0
+    tokenizer = ["--tokenizer", str(full / "last")]
+    assert pretrain(tmp_path, first, "--max-steps", "12", "--stop-after", "6", *tokenizer, *set_dropout) == 0
+    first_records = (first / "metrics.jsonl").read_text()
+    assert main(["pretrain", "--resume", str(first / "last"), "--out", str(second), "--quiet"]) == 0
+    assert (first / "metrics.jsonl").read_text() == first_records  # the source run is left as it was
+
+    def losses(run):
+        return [(r["step"], r["loss"], r["lr"]) for r in read_metrics(run) if r["split"] == "train"]
+
+    assert losses(second) == losses(full)  # the whole run, steps 1-12, bit for bit
+    summary = json.loads((second / "summary.json").read_text())
+    assert summary["final"] == json.loads((full / "summary.json").read_text())["final"]
+    assert (second / "last" / "config.json").is_file() and (second / "best" / "config.json").is_file()
+    # B now holds a run: resuming into it again without --overwrite is refused
+    capsys.readouterr()
+    assert main(["pretrain", "--resume", str(first / "last"), "--out", str(second), "--quiet"]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "kind", ["--data FILE", "--train FILE", "--train/--valid", "--data toy", "--prepared"]
+)
+def test_evaluate_reproduces_the_runs_own_final_evaluation(tmp_path, capsys, kind):
+    """`nanobert evaluate RUN/last` scores the split the run held out, whatever named the data (it used to
+    score the whole file for --data FILE, and to fail for --train FILE alone)."""
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    valid = write_corpus(tmp_path / "valid.txt", n_docs=3, seed=1)
+    data = {
+        "--data FILE": ["--data", str(corpus)],
+        "--train FILE": ["--train", str(corpus)],
+        "--train/--valid": ["--train", str(corpus), "--valid", str(valid)],
+        "--data toy": ["--data", "toy"],
+        "--prepared": ["--prepared", str(tmp_path / "prep")],
+    }[kind]
+    if kind == "--prepared":
+        argv = ["prepare", "--data", str(corpus), "--valid", str(valid), "--out", str(tmp_path / "prep")]
+        assert main([*argv, "--vocab-size", "120", "--quiet"]) == 0
+    run = tmp_path / "run"
+    argv = ["pretrain", *data, "--out", str(run), "--max-steps", "3", "--device", "cpu", "--quiet"]
+    assert main([*argv, "--set", *[s for s in TINY_SET if kind != "--data toy" or "vocab" not in s]]) == 0
+    capsys.readouterr()
+    summary = json.loads((run / "summary.json").read_text())
+    assert main(["evaluate", str(run / "last"), "--device", "cpu"]) == 0
+    evaluated = json.loads(capsys.readouterr().out)
+    for key in ("mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy"):
+        assert evaluated[key] == pytest.approx(summary["final"][key], abs=1e-6), key
+
+
+def test_num_workers_is_gone(capsys):
+    """TrainConfig.num_workers was read nowhere; an option that does nothing is an unknown key now."""
+    assert main(["pretrain", "--data", "toy", "--set", "num_workers=2"]) == 2
+    assert "unknown key 'num_workers'" in capsys.readouterr().err

@@ -23,12 +23,21 @@ from safetensors.torch import load_file, save_file
 
 from nanobert.config import ModelConfig, TrainConfig, config_from_dict, config_to_dict
 from nanobert.errors import NanobertError
-from nanobert.model import BertForPreTraining
+from nanobert.model import BertForPreTraining, BertForSequenceClassification
+from nanobert.tokenizer import load_tokenizer, save_tokenizer
 
 FORMAT_VERSION = 1
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 TRAINER_STATE_NAME = "trainer_state.pt"
+
+# The kinds of checkpoint, recorded in config.json, and the command that fits each.
+PRETRAINING = "pretraining"  # BertForPreTraining: MLM + NSP heads
+SEQUENCE_CLASSIFICATION = "sequence_classification"  # a fine-tuned BertForSequenceClassification
+COMMANDS = {
+    PRETRAINING: "evaluate, fill-mask, nsp, similarity, embed, attention, explain, finetune, export-hf",
+    SEQUENCE_CLASSIFICATION: "predict",
+}
 
 
 def _recover(directory: Path) -> None:
@@ -102,14 +111,12 @@ def save_checkpoint(
     tokenizer: Any | None,
     trainer_state: dict | None = None,
     extra: dict | None = None,
-    kind: str = "pretraining",
+    kind: str = PRETRAINING,
 ) -> Path:
     """Save an (unwrapped) model with its configs, tokenizer and optional trainer state.
 
     `extra` lands in config.json (e.g. the data sources, the label mapping of a fine-tuned model).
     """
-    from nanobert.tokenizer import save_tokenizer  # the tokenizer module sits beside us, not below
-
     config = {
         "format_version": FORMAT_VERSION,
         "kind": kind,
@@ -168,18 +175,15 @@ def load_state_dict(directory: str | Path) -> dict[str, torch.Tensor]:
         ) from None
 
 
-def load_pretraining_checkpoint(
-    directory: str | Path, map_location: str | torch.device = "cpu"
-) -> tuple[BertForPreTraining, dict]:
-    """Rebuild BertForPreTraining from a checkpoint directory. Returns (model in eval mode, config dict)."""
-    config = read_config(directory)
-    if config.get("kind", "pretraining") != "pretraining":
-        raise NanobertError(f"{directory} holds a {config['kind']} model, not a pretraining checkpoint")
+def _model_config(directory: Path | str, config: dict) -> ModelConfig:
     try:
-        model_config = config_from_dict(ModelConfig, config["model"])
-    except TypeError as e:
+        return config_from_dict(ModelConfig, config["model"])
+    except (TypeError, ValueError) as e:
         raise NanobertError(f"{directory}/{CONFIG_NAME}: invalid model config ({e})") from None
-    model = BertForPreTraining(model_config)
+
+
+def _fill(model: torch.nn.Module, directory: Path | str) -> torch.nn.Module:
+    """Load the checkpoint's weights into `model`; weights that do not fit are a one-line error."""
     state = load_state_dict(directory)
     try:
         model.load_state_dict(state)
@@ -187,7 +191,53 @@ def load_pretraining_checkpoint(
         raise NanobertError(
             f"{directory}: weights do not match its config.json ({str(e).splitlines()[0]})"
         ) from None
+    return model
+
+
+def checkpoint_kind(config: dict) -> str:
+    return config.get("kind", PRETRAINING)
+
+
+def wrong_kind(directory: Path | str, kind: str, wanted: str) -> NanobertError:
+    """The one-line error for a checkpoint of the wrong kind, naming the commands that do fit it."""
+    fits = COMMANDS.get(kind)
+    hint = f"; use it with: nanobert {fits}" if fits else ""
+    return NanobertError(f"{directory} holds a {kind} checkpoint, not {wanted}{hint}")
+
+
+def load_pretraining_checkpoint(
+    directory: str | Path, map_location: str | torch.device = "cpu"
+) -> tuple[BertForPreTraining, dict]:
+    """Rebuild BertForPreTraining from a checkpoint directory. Returns (model in eval mode, config dict)."""
+    config = read_config(directory)
+    kind = checkpoint_kind(config)
+    if kind != PRETRAINING:
+        raise wrong_kind(directory, kind, "a pretraining checkpoint")
+    model = _fill(BertForPreTraining(_model_config(directory, config)), directory)
     return model.to(map_location).eval(), config
+
+
+def load_finetuned(
+    directory: str | Path, map_location: str | torch.device = "cpu"
+) -> tuple[BertForSequenceClassification, Any, dict]:
+    """A fine-tuned classifier (eval mode), its tokenizer and its config.json (labels, task, columns).
+
+    `directory` is a checkpoint (RUN/best) or a fine-tuning run directory holding best/.
+    """
+    directory = Path(directory)
+    if not (directory / CONFIG_NAME).is_file() and (directory / "best" / CONFIG_NAME).is_file():
+        directory = directory / "best"
+    config = read_config(directory)
+    kind = checkpoint_kind(config)
+    if kind != SEQUENCE_CLASSIFICATION:
+        raise wrong_kind(directory, kind, "a fine-tuned model")
+    try:
+        num_labels, task = int(config["num_labels"]), config["task"]
+        model = BertForSequenceClassification(_model_config(directory, config), num_labels, task)
+    except (KeyError, TypeError, ValueError) as e:
+        raise NanobertError(f"{directory}/{CONFIG_NAME}: invalid fine-tuned model config ({e})") from None
+    model = _fill(model, directory)
+    return model.to(map_location).eval(), load_tokenizer(directory), config
 
 
 def load_train_config(config: dict) -> TrainConfig:
@@ -211,7 +261,12 @@ def load_trainer_state(directory: str | Path) -> dict:
 
 
 __all__ = [
+    "PRETRAINING",
+    "SEQUENCE_CLASSIFICATION",
+    "checkpoint_kind",
+    "load_finetuned",
     "load_pretraining_checkpoint",
+    "wrong_kind",
     "load_state_dict",
     "load_train_config",
     "load_trainer_state",

@@ -25,6 +25,13 @@ def _print_json(obj) -> None:
     print(json.dumps(obj, indent=2))
 
 
+def _job_options(p, func, overwrite_help: str) -> None:
+    """--overwrite and --quiet, which every command that writes a run takes, and the command to run."""
+    p.add_argument("--overwrite", action="store_true", help=overwrite_help)
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=func)
+
+
 # ----------------------------------------------------------------------------------------------------------
 # pretrain
 
@@ -74,98 +81,49 @@ def _add_pretrain(sub) -> None:
     p.add_argument(
         "--tokenizer", metavar="DIR", help="reuse the tokenizer saved in DIR instead of training one"
     )
-    p.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
-    p.set_defaults(func=_cmd_pretrain)
-
-
-# A first run with no options: about 15 minutes on a laptop CPU, about 3 minutes on a GPU.
-_DEFAULT_BUDGET = {"cpu": 900.0, "cuda": 180.0}
+    _job_options(p, _cmd_pretrain, "replace a run already in --out")
 
 
 def _cmd_pretrain(args) -> int:
-    from nanobert.config import build_configs, parse_overrides
-    from nanobert.train import DEFAULT_DATA, DataSources, pretrain, resolve_device, resume_configs
+    from nanobert.config import new_run_configs, parse_overrides
+    from nanobert.device import resolve_device
+    from nanobert.sources import DataSources
+    from nanobert.train import pretrain, resume_configs
 
     model_over, train_over = parse_overrides(args.set)
-    for name in ("seed", "device", "max_steps", "epochs", "time_budget"):
-        if getattr(args, name) is not None:
-            train_over[name] = getattr(args, name)
-    announce = None
-    if args.resume:
-        model_config, train_config, sources = resume_configs(args.resume)
-        if model_over:
-            raise NanobertError(
-                f"--resume continues a model as it is; model fields cannot change ({', '.join(model_over)})"
-            )
-        if {"max_steps", "epochs", "time_budget"} & set(train_over):
-            train_config.max_steps = train_config.epochs = train_config.time_budget = None
-        train_config = type(train_config)(**{**train_config.__dict__, **train_over})
-        sources = DataSources(
-            data=args.data or sources.data,
-            train_file=args.train or sources.train_file,
-            valid_file=args.valid or sources.valid_file,
-            prepared=args.prepared or sources.prepared,
+    options = ("seed", "device", "max_steps", "epochs", "time_budget")
+    train_over.update({k: v for k in options if (v := getattr(args, k)) is not None})
+    named = (args.data, args.train, args.valid, args.prepared)
+    note, preset = None, args.preset
+    if args.resume:  # the checkpoint's own configs and data, with what the command line changes
+        model_config, train_config, sources = resume_configs(
+            args.resume, model_over, train_over, DataSources(*named)
         )
         out = Path(args.out) if args.out else Path(args.resume).resolve().parent
-        preset = args.preset
-    else:
-        if args.prepared and (args.data or args.train):
-            raise NanobertError("--prepared replaces --data and --train; pass only one of them")
-        data = args.data or (None if args.train or args.prepared else DEFAULT_DATA)
+    else:  # the preset asked for, or the one that suits this data and device
+        sources = DataSources.for_new_run(*named)
         device = resolve_device(train_over.get("device", "auto"))
-        # With no preset: the measured CPU recipe on a CPU (its tiny shape makes the most of few cores),
-        # `small` on a GPU, and a first-run length of about 15 minutes (CPU) or 3 (GPU).
-        preset = args.preset or (
-            "toy" if data == "toy" else "wikitext2-cpu" if device.type == "cpu" else "small"
+        model_config, train_config, preset, note = new_run_configs(
+            args.preset, sources.data, device.type, model_over, train_over
         )
-        lengths = ("max_steps", "epochs", "time_budget")
-        if not args.preset and preset != "toy" and not set(lengths) & set(train_over):
-            train_over["time_budget"] = _DEFAULT_BUDGET[device.type]
-        model_config, train_config = build_configs(preset, model_over, train_over)
-        has_length = any(getattr(train_config, n) is not None for n in lengths)
-        if not has_length:
-            train_config.time_budget = _DEFAULT_BUDGET[device.type]
-        if not args.preset or not has_length:  # say what was chosen for the user (after the data loads)
-            length = (
-                f"{train_config.max_steps} steps"
-                if train_config.max_steps
-                else f"{train_config.epochs} epochs"
-                if train_config.epochs
-                else f"{train_config.time_budget:.0f} s"
-            )
-            announce = (
-                f"preset {preset!r} on {device.type} for {length} "
-                "(choose with --preset and --max-steps/--epochs/--time-budget)"
-            )
-        sources = DataSources(data=data, train_file=args.train, valid_file=args.valid, prepared=args.prepared)
         out = Path(args.out) if args.out else Path("runs") / f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
-    summary = pretrain(
-        model_config,
-        train_config,
-        sources,
-        out,
-        resume=args.resume,
-        stop_after=args.stop_after,
-        overwrite=args.overwrite,
-        preset=preset,
-        tokenizer_dir=args.tokenizer,
-        announce=announce,
-        quiet=args.quiet,
-    )
+    options = {k: getattr(args, k) for k in ("resume", "stop_after", "overwrite", "quiet")}
+    options.update(preset=preset, tokenizer_dir=args.tokenizer, announce=note)
+    summary = pretrain(model_config, train_config, sources, out, **options)
     if summary.get("rank", 0):  # under torchrun, rank 0 alone prints the result
         return 0
-    _print_json(
-        {
-            "out": str(out),
-            "step": summary["steps"],
-            "held_out": summary["final"],
-            "best": summary["best"],
-            "tokens_per_s": round(summary["tokens_per_s"], 1),
-            "train_time_s": summary["train_time_s"],
-        }
-    )
+    _print_json({"out": str(out), **{key: summary[field] for key, field in _PRETRAIN_RESULT.items()}})
     return 0
+
+
+# What `nanobert pretrain` prints: key -> summary field.
+_PRETRAIN_RESULT = {
+    "step": "steps",
+    "held_out": "final",
+    "best": "best",
+    "tokens_per_s": "tokens_per_s",
+    "train_time_s": "train_time_s",
+}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -197,9 +155,7 @@ def _add_prepare(sub) -> None:
         metavar="N",
         help="train the tokenizer on the documents holding the first N words (default 10M)",
     )
-    p.add_argument("--overwrite", action="store_true", help="replace DIR if it exists")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
-    p.set_defaults(func=_cmd_prepare)
+    _job_options(p, _cmd_prepare, "replace DIR if it exists")
 
 
 def _cmd_prepare(args) -> int:
@@ -320,9 +276,7 @@ def _add_finetune(sub) -> None:
         action="store_true",
         help="random initialisation instead of the checkpoint's weights (same shape, tokenizer, budget)",
     )
-    p.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
-    p.set_defaults(func=_cmd_finetune)
+    _job_options(p, _cmd_finetune, "replace a run already in --out")
 
 
 def _cmd_finetune(args) -> int:
@@ -342,28 +296,10 @@ def _cmd_finetune(args) -> int:
     cfg = FinetuneConfig(**{n: getattr(args, n) for n in names if getattr(args, n) is not None})
     init = "scratch" if args.from_scratch else "pretrained"
     out = Path(args.out) if args.out else Path("runs") / f"finetune-{init}-{time.strftime('%Y%m%d-%H%M%S')}"
-    summary = finetune(
-        args.checkpoint,
-        spec,
-        args.train,
-        args.dev,
-        out,
-        cfg,
-        test_file=args.test,
-        from_scratch=args.from_scratch,
-        overwrite=args.overwrite,
-        quiet=args.quiet,
-    )
-    _print_json(
-        {
-            "out": str(out),
-            "init": summary["init"],
-            "best_epoch": summary["best_epoch"],
-            "dev": summary["dev"],
-            "test": summary["test"],
-            "train_time_s": summary["train_time_s"],
-        }
-    )
+    options = {k: getattr(args, k) for k in ("from_scratch", "overwrite", "quiet")}
+    summary = finetune(args.checkpoint, spec, args.train, args.dev, out, cfg, test_file=args.test, **options)
+    keys = ("init", "best_epoch", "dev", "test", "train_time_s")
+    _print_json({"out": str(out), **{k: summary[k] for k in keys}})
     return 0
 
 
@@ -416,10 +352,26 @@ def _cmd_predict(args) -> int:
 # use and inspect a pretrained checkpoint: fill-mask, nsp, similarity, embed, attention, explain
 
 
-def _inference_args(p, json_help: str = "print the result as JSON") -> None:
-    p.add_argument("checkpoint", metavar="CKPT", help="a pretraining checkpoint directory, e.g. RUN/best")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+def _command(
+    sub, name: str, func, help: str, checkpoint: bool = True, json_help: str = "print the result as JSON"
+):
+    """A subcommand parser with the arguments every inference command shares: CKPT, --device, --json."""
+    p = sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
+    if checkpoint:
+        p.add_argument("checkpoint", metavar="CKPT", help="a checkpoint directory, e.g. RUN/best")
+        p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--json", action="store_true", help=json_help)
+    p.set_defaults(func=func)
+    return p
+
+
+def _emit(args, data: dict, text: str) -> int:
+    """Print a command's result: `data` as JSON with --json, else `text` for a person."""
+    if args.json:
+        _print_json(data)
+    else:
+        print(text)
+    return 0
 
 
 def _load_for_inference(args):
@@ -429,141 +381,109 @@ def _load_for_inference(args):
 
 
 def _add_fill_mask(sub) -> None:
-    p = sub.add_parser("fill-mask", help="the most probable word pieces at each [MASK] in a text")
-    _inference_args(p)
+    p = _command(sub, "fill-mask", _cmd_fill_mask, "the most probable word pieces at each [MASK] in a text")
     p.add_argument("text", help='a text with one or more [MASK], e.g. "the cat sat on the [MASK] ."')
     p.add_argument("--top-k", type=int, default=5, help="candidates per [MASK] (default 5)")
-    p.set_defaults(func=_cmd_fill_mask)
 
 
 def _cmd_fill_mask(args) -> int:
     from dataclasses import asdict
 
     result = _load_for_inference(args).fill_mask(args.text, top_k=args.top_k)
-    if args.json:
-        _print_json(asdict(result))
-        return 0
+    lines = []
     for n, mask in enumerate(result.masks, 1):
-        print(f"[MASK] {n} of {len(result.masks)} (token position {mask.position}):")
+        lines.append(f"[MASK] {n} of {len(result.masks)} (token position {mask.position}):")
         width = max(len(c.token) for c in mask.candidates)
-        for c in mask.candidates:
-            print(f"  {c.probability:6.1%}  {c.token:<{width}s}  {c.sequence}")
+        lines += [f"  {c.probability:6.1%}  {c.token:<{width}s}  {c.sequence}" for c in mask.candidates]
     if len(result.masks) > 1:
-        print(f"top guesses together: {result.filled}")
-    return 0
+        lines.append(f"top guesses together: {result.filled}")
+    return _emit(args, asdict(result), "\n".join(lines))
 
 
 def _add_nsp(sub) -> None:
-    p = sub.add_parser("nsp", help="the probability that sentence B follows sentence A")
-    _inference_args(p)
+    p = _command(sub, "nsp", _cmd_nsp, "the probability that sentence B follows sentence A")
     p.add_argument("text_a", metavar="A")
     p.add_argument("text_b", metavar="B")
-    p.set_defaults(func=_cmd_nsp)
 
 
 def _cmd_nsp(args) -> int:
-    result = _load_for_inference(args).next_sentence(args.text_a, args.text_b)
-    if args.json:
-        _print_json({"IsNext": result.is_next, "NotNext": result.not_next})
-    else:
-        print(f"IsNext {result.is_next:.1%}  NotNext {result.not_next:.1%}")
-    return 0
+    r = _load_for_inference(args).next_sentence(args.text_a, args.text_b)
+    text = f"IsNext {r.is_next:.1%}  NotNext {r.not_next:.1%}"
+    return _emit(args, {"IsNext": r.is_next, "NotNext": r.not_next}, text)
 
 
 def _add_similarity(sub) -> None:
-    p = sub.add_parser("similarity", help="cosine similarity of two texts' mean-pooled embeddings")
-    _inference_args(p)
+    p = _command(sub, "similarity", _cmd_similarity, "cosine similarity of two texts' mean-pooled embeddings")
     p.add_argument("text_a", metavar="A")
     p.add_argument("text_b", metavar="B")
-    p.set_defaults(func=_cmd_similarity)
 
 
 def _cmd_similarity(args) -> int:
     value = _load_for_inference(args).similarity(args.text_a, args.text_b)
-    if args.json:
-        _print_json({"cosine_similarity": value})
-    else:
-        print(f"cosine similarity {value:.4f}")
-    return 0
+    return _emit(args, {"cosine_similarity": value}, f"cosine similarity {value:.4f}")
 
 
 def _add_embed(sub) -> None:
-    p = sub.add_parser("embed", help="one mean-pooled embedding per line of a text file, saved as .npy")
-    _inference_args(p)
+    p = _command(sub, "embed", _cmd_embed, "one mean-pooled embedding per line of a text file, saved as .npy")
     p.add_argument("--input", required=True, metavar="FILE", help="UTF-8 text, one text per line")
     p.add_argument("--out", required=True, metavar="FILE.npy", help="where to np.save the (lines, H) matrix")
     p.add_argument("--batch-size", type=int, default=64)
-    p.set_defaults(func=_cmd_embed)
 
 
 def _cmd_embed(args) -> int:
     from nanobert.inference import embed_file
 
     path, shape = embed_file(_load_for_inference(args), args.input, args.out, batch_size=args.batch_size)
-    if args.json:
-        _print_json({"out": str(path), "shape": list(shape), "dtype": "float32"})
-    else:
-        print(f"wrote {path}: {shape[0]} embeddings of size {shape[1]} (float32)")
-    return 0
+    text = f"wrote {path}: {shape[0]} embeddings of size {shape[1]} (float32)"
+    return _emit(args, {"out": str(path), "shape": list(shape), "dtype": "float32"}, text)
 
 
 def _add_attention(sub) -> None:
-    p = sub.add_parser("attention", help="draw attention maps (tokens on both axes) as a PNG")
-    _inference_args(p, json_help="print what was drawn as JSON, with the attention probabilities")
+    json_help = "print what was drawn as JSON, with the attention probabilities"
+    p = _command(
+        sub,
+        "attention",
+        _cmd_attention,
+        "draw attention maps (tokens on both axes) as a PNG",
+        True,
+        json_help,
+    )
     p.add_argument("text")
     p.add_argument("--pair", metavar="B", help="a second sentence, encoded as [CLS] A [SEP] B [SEP]")
     p.add_argument("--layer", type=int, help="one layer, counted from 0 (default: every layer)")
     p.add_argument("--head", type=int, help="one head, counted from 0 (default: every head)")
     p.add_argument("--out", required=True, metavar="PNG")
-    p.set_defaults(func=_cmd_attention)
 
 
 def _cmd_attention(args) -> int:
-    from nanobert.inference import plot_attention
+    from nanobert.plots import plot_attention
 
     maps = _load_for_inference(args).attention(args.text, args.pair)
     path = plot_attention(maps, args.out, layer=args.layer, head=args.head)
     L, nh, T, _ = maps.probs.shape
     layers = [args.layer] if args.layer is not None else list(range(L))
     heads = [args.head] if args.head is not None else list(range(nh))
-    if args.json:
-        _print_json(
-            {
-                "out": str(path),
-                "tokens": maps.tokens,
-                "layers": layers,
-                "heads": heads,
-                "attentions": [[maps.probs[li, hi].round(4).tolist() for hi in heads] for li in layers],
-            }
-        )
-    else:
-        print(f"wrote {path}: {len(layers)} layer(s) x {len(heads)} head(s) over {T} tokens")
-    return 0
+    probs = [[maps.probs[li, hi].round(4).tolist() for hi in heads] for li in layers]
+    data = {"out": str(path), "tokens": maps.tokens, "layers": layers, "heads": heads, "attentions": probs}
+    return _emit(args, data, f"wrote {path}: {len(layers)} layer(s) x {len(heads)} head(s) over {T} tokens")
 
 
 def _add_explain(sub) -> None:
-    p = sub.add_parser("explain", help="a step-by-step trace of one forward pass, for learners")
-    _inference_args(p)
+    p = _command(sub, "explain", _cmd_explain, "a step-by-step trace of one forward pass, for learners")
     p.add_argument("text_a", metavar="A")
     p.add_argument("text_b", metavar="B", nargs="?", help="optional second sentence")
     p.add_argument("--top-k", type=int, default=5, help="predictions shown at each [MASK]")
     p.add_argument("--preview", type=int, default=6, help="numbers shown of each vector (default 6)")
-    p.set_defaults(func=_cmd_explain)
 
 
 def _cmd_explain(args) -> int:
     from dataclasses import asdict
 
-    from nanobert.explain import explain, format_trace
+    from nanobert.explain import format_trace
 
-    trace = explain(
-        _load_for_inference(args), args.text_a, args.text_b, top_k=args.top_k, preview=args.preview
-    )
-    if args.json:
-        _print_json(asdict(trace))
-    else:
-        print(format_trace(trace))
-    return 0
+    model = _load_for_inference(args)
+    trace = model.explain(args.text_a, args.text_b, top_k=args.top_k, preview=args.preview)
+    return _emit(args, asdict(trace), format_trace(trace))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -571,12 +491,11 @@ def _cmd_explain(args) -> int:
 
 
 def _add_export_hf(sub) -> None:
-    p = sub.add_parser("export-hf", help="write a checkpoint as a transformers BertForPreTraining directory")
+    help = "write a checkpoint as a transformers BertForPreTraining directory"
+    p = _command(sub, "export-hf", _cmd_export_hf, help, checkpoint=False)
     p.add_argument("checkpoint", metavar="CKPT")
     p.add_argument("out", metavar="OUT")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it is not empty")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=_cmd_export_hf)
 
 
 def _cmd_export_hf(args) -> int:
@@ -584,54 +503,42 @@ def _cmd_export_hf(args) -> int:
 
     out = export_hf(args.checkpoint, args.out, overwrite=args.overwrite)
     files = sorted(f.name for f in out.iterdir())
-    if args.json:
-        _print_json({"out": str(out), "files": files})
-    else:
-        print(f"wrote {out}: {', '.join(files)}")
-        print(f"load it with transformers.BertForPreTraining.from_pretrained({str(out)!r})")
-    return 0
+    text = f"wrote {out}: {', '.join(files)}\n"
+    text += f"load it with transformers.BertForPreTraining.from_pretrained({str(out)!r})"
+    return _emit(args, {"out": str(out), "files": files}, text)
 
 
 def _add_import_hf(sub) -> None:
-    p = sub.add_parser("import-hf", help="convert a transformers BERT directory into a nanobert checkpoint")
+    help = "convert a transformers BERT directory into a nanobert checkpoint"
+    p = _command(sub, "import-hf", _cmd_import_hf, help, checkpoint=False)
     p.add_argument(
         "hf_dir", metavar="DIR", help="BertForPreTraining or BertModel weights with their tokenizer"
     )
     p.add_argument("out", metavar="OUT")
     p.add_argument("--seed", type=int, default=0, help="seed for any head initialised freshly")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it is not empty")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=_cmd_import_hf)
 
 
 def _cmd_import_hf(args) -> int:
+    from dataclasses import asdict
+
     from nanobert.hf_export import import_hf
 
     result = import_hf(args.hf_dir, args.out, overwrite=args.overwrite, seed=args.seed)
-    if args.json:
-        _print_json(
-            {
-                "out": str(result.out),
-                "fresh_heads": result.fresh_heads,
-                "fresh_parameters": result.fresh_parameters,
-                "vocab_remapped": result.vocab_remapped,
-            }
-        )
-        return 0
-    print(f"wrote {result.out}")
+    lines = [f"wrote {result.out}"]
     if result.fresh_heads:
-        print(
+        lines.append(
             f"initialised freshly (absent from {args.hf_dir}): {', '.join(result.fresh_heads)}; "
             "their outputs mean nothing until trained"
         )
     else:
-        print("every weight came from the source; nothing was initialised freshly")
+        lines.append("every weight came from the source; nothing was initialised freshly")
     if result.vocab_remapped:
-        print(
+        lines.append(
             "vocabulary renumbered so that [PAD] [UNK] [CLS] [SEP] [MASK] are ids 0..4 "
             "(the model computes the same as before)"
         )
-    return 0
+    return _emit(args, {**asdict(result), "out": str(result.out)}, "\n".join(lines))
 
 
 def build_parser() -> argparse.ArgumentParser:

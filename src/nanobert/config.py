@@ -119,7 +119,6 @@ class TrainConfig:
     device: str = "auto"
     precision: str = "auto"  # auto = bf16 autocast on CUDA and on CPUs with native bf16, else fp32
     compile: bool = False
-    num_workers: int = 0
 
     def __post_init__(self) -> None:
         lengths = [n for n in ("max_steps", "epochs", "time_budget") if getattr(self, n) is not None]
@@ -127,35 +126,88 @@ class TrainConfig:
             raise NanobertError(
                 f"train config: set only one of max_steps, epochs, time_budget (got {lengths})"
             )
-        checks = [
-            ("max_seq_len", self.max_seq_len >= 8, "at least 8"),
-            ("mask_prob", 0.0 < self.mask_prob < 1.0, "in (0, 1)"),
-            ("batch_size", self.batch_size >= 1, "at least 1"),
-            ("grad_accum_steps", self.grad_accum_steps >= 1, "at least 1"),
-            ("dupe_factor", self.dupe_factor >= 1, "at least 1"),
-            ("learning_rate", self.learning_rate > 0, "positive"),
-            ("warmup_ratio", 0.0 <= self.warmup_ratio < 1.0, "in [0, 1)"),
-            ("eval_interval", self.eval_interval >= 1, "at least 1"),
-            ("log_interval", self.log_interval >= 1, "at least 1"),
-            (
-                "checkpoint_interval",
-                self.checkpoint_interval is None or self.checkpoint_interval >= 1,
-                "at least 1 (or None)",
-            ),
-            ("vocab_size", self.vocab_size > 5, "larger than the 5 special tokens"),
-            ("max_steps", self.max_steps is None or self.max_steps >= 1, "at least 1"),
-            ("epochs", self.epochs is None or self.epochs > 0, "positive"),
-            ("time_budget", self.time_budget is None or self.time_budget > 0, "positive"),
-            (
-                "device",
-                self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
-                "auto, cpu or cuda",
-            ),
-            ("precision", self.precision in ("auto", "fp32", "bf16"), "auto, fp32 or bf16"),
-        ]
-        for name, ok, want in checks:
-            if not ok:
-                raise NanobertError(f"train config: {name} must be {want}, got {getattr(self, name)!r}")
+        _check(
+            "train config",
+            self,
+            ("batch_size", "grad_accum_steps", "dupe_factor", "eval_interval", "log_interval"),
+            [
+                ("max_seq_len", self.max_seq_len >= 8, "at least 8"),
+                ("mask_prob", 0.0 < self.mask_prob < 1.0, "in (0, 1)"),
+                (
+                    "checkpoint_interval",
+                    self.checkpoint_interval is None or self.checkpoint_interval >= 1,
+                    "at least 1 (or None)",
+                ),
+                ("vocab_size", self.vocab_size > 5, "larger than the 5 special tokens"),
+                ("max_steps", self.max_steps is None or self.max_steps >= 1, "at least 1"),
+                ("epochs", self.epochs is None or self.epochs > 0, "positive"),
+                ("time_budget", self.time_budget is None or self.time_budget > 0, "positive"),
+                (
+                    "device",
+                    self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
+                    "auto, cpu or cuda",
+                ),
+            ],
+        )
+
+
+def _check(what: str, cfg: Any, at_least_one: tuple[str, ...], checks: list[tuple[str, bool, str]]) -> None:
+    """Raise NanobertError naming the first field whose check failed: `what: name must be want, got value`.
+
+    Besides `checks`, the fields in `at_least_one` must be at least 1, and every config's learning rate,
+    warmup ratio and precision must make sense.
+    """
+    checks = [(name, getattr(cfg, name) >= 1, "at least 1") for name in at_least_one] + [
+        ("learning_rate", cfg.learning_rate > 0, "positive"),
+        ("warmup_ratio", 0.0 <= cfg.warmup_ratio < 1.0, "in [0, 1)"),
+        ("precision", cfg.precision in PRECISIONS, "auto, fp32 or bf16"),
+        *checks,
+    ]
+    for name, ok, want in checks:
+        if not ok:
+            raise NanobertError(f"{what}: {name} must be {want}, got {getattr(cfg, name)!r}")
+
+
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+@dataclass
+class FinetuneConfig:
+    """One fine-tuning run; defaults are the ones behind the SST-2 and TREC-6 numbers in benchmarks/."""
+
+    epochs: int = 3
+    batch_size: int = 32
+    # BERT's paper searched 2e-5..5e-5 for BERT-base; Google's small-BERT release (BERT-Mini and friends)
+    # searched {3e-4, 1e-4, 5e-5, 3e-5} with 4 epochs; small encoders favour the upper end, from-scratch
+    # controls even more so. `benchmarks/finetune_glue.py --learning-rate 5e-5 1e-4 3e-4` compares on dev.
+    learning_rate: float = 1e-4
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01  # not applied to biases and LayerNorm weights
+    # Layer-wise learning-rate decay (ELECTRA's fine-tuning recipe): the pooler and head train at
+    # learning_rate, each encoder layer below at `layer_lr_decay` times the one above, the embeddings last.
+    # Below 1 it keeps more of what pretraining put in the lower layers; 1.0 = one learning rate.
+    layer_lr_decay: float = 1.0
+    adam_eps: float = 1e-6  # BERT's value
+    grad_clip: float = 1.0
+    max_seq_len: int = 128  # tokens including [CLS]/[SEP]; longer inputs lose tokens from the longer side
+    metric: str | None = None  # the dev metric that picks the best epoch; None = accuracy / pearson
+    seed: int = 1337
+    device: str = "auto"
+    precision: str = "auto"  # bf16 autocast on CUDA and on CPUs with native bf16, else fp32
+    eval_batch_size: int = 128
+    log_interval: int = 50
+
+    def __post_init__(self) -> None:
+        _check(
+            "finetune",
+            self,
+            ("epochs", "batch_size", "eval_batch_size", "log_interval"),
+            [
+                ("weight_decay", self.weight_decay >= 0, "non-negative"),
+                ("layer_lr_decay", 0.0 < self.layer_lr_decay <= 1.0, "in (0, 1]"),
+                ("max_seq_len", self.max_seq_len >= 3, "at least 3 ([CLS], a token, [SEP])"),
+            ],
+        )
 
 
 # A preset names a model shape plus the training settings that suit it. `toy` memorises the built-in toy
@@ -258,11 +310,53 @@ def build_configs(
     model_kw = {**PRESETS[preset]["model"], **(model_overrides or {})}
     train_kw = {**PRESETS[preset]["train"], **(train_overrides or {})}
     # An explicit length replaces the preset's length rather than conflicting with it.
-    if {"max_steps", "epochs", "time_budget"} & set(train_overrides or {}):
-        for name in ("max_steps", "epochs", "time_budget"):
+    if set(LENGTH_FIELDS) & set(train_overrides or {}):
+        for name in LENGTH_FIELDS:
             if name not in (train_overrides or {}):
                 train_kw.pop(name, None)
     return ModelConfig(**model_kw), TrainConfig(**train_kw)
+
+
+LENGTH_FIELDS = ("max_steps", "epochs", "time_budget")
+# A first run with no options: about 15 minutes on a laptop CPU, about 3 minutes on a GPU.
+DEFAULT_BUDGET = {"cpu": 900.0, "cuda": 180.0}
+
+
+def new_run_configs(
+    preset: str | None,
+    data: str | None,
+    device_type: str,
+    model_overrides: dict[str, Any],
+    train_overrides: dict[str, Any],
+) -> tuple[ModelConfig, TrainConfig, str, str | None]:
+    """The configs of a new run: (model config, train config, preset name, a note for the user or None).
+
+    With no preset: `toy` for the toy corpus, the measured CPU recipe on a CPU (its tiny shape makes the
+    most of few cores), `small` on a GPU, and a first-run length of `DEFAULT_BUDGET` seconds. A run whose
+    length nobody chose gets that budget too. The note says what was chosen when the user did not.
+    """
+    chosen = preset or ("toy" if data == "toy" else "wikitext2-cpu" if device_type == "cpu" else "small")
+    train_overrides = dict(train_overrides)
+    if not preset and chosen != "toy" and not set(LENGTH_FIELDS) & set(train_overrides):
+        train_overrides["time_budget"] = DEFAULT_BUDGET[device_type]
+    model_config, train_config = build_configs(chosen, model_overrides, train_overrides)
+    has_length = any(getattr(train_config, n) is not None for n in LENGTH_FIELDS)
+    if not has_length:
+        train_config.time_budget = DEFAULT_BUDGET[device_type]
+    if preset and has_length:
+        return model_config, train_config, chosen, None
+    length = (
+        f"{train_config.max_steps} steps"
+        if train_config.max_steps
+        else f"{train_config.epochs} epochs"
+        if train_config.epochs
+        else f"{train_config.time_budget:.0f} s"
+    )
+    note = (
+        f"preset {chosen!r} on {device_type} for {length} "
+        "(choose with --preset and --max-steps/--epochs/--time-budget)"
+    )
+    return model_config, train_config, chosen, note
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:
@@ -277,12 +371,17 @@ def config_from_dict(cls: type, data: dict[str, Any]) -> Any:
 
 
 __all__ = [
+    "DEFAULT_BUDGET",
+    "LENGTH_FIELDS",
     "MODEL_PRESETS",
+    "PRECISIONS",
     "PRESETS",
+    "FinetuneConfig",
     "ModelConfig",
     "TrainConfig",
     "build_configs",
     "config_from_dict",
     "config_to_dict",
+    "new_run_configs",
     "parse_overrides",
 ]

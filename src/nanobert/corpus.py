@@ -12,9 +12,14 @@ here is pure and reads a file only when asked to.
 
 from __future__ import annotations
 
+import os
 import re
+import socket
+import sys
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from urllib.parse import urlparse
 
 from nanobert.errors import NanobertError
 
@@ -24,6 +29,7 @@ __all__ = [
     "documents_from_hf",
     "documents_from_lines",
     "find_wikitext_file",
+    "hub_reachable",
     "load_documents",
     "load_hf_wikitext",
     "read_text_file",
@@ -224,28 +230,73 @@ def documents_from_hf(dataset: Iterable[dict[str, str]]) -> list[Document]:
     return documents_from_lines(line for batch in batches for line in batch["text"])
 
 
+HUB_PROBE_SECONDS = 3.0  # how long to wait for the hub to answer before treating it as unreachable
+
+
+def hub_reachable(timeout: float = HUB_PROBE_SECONDS) -> bool:
+    """Whether the Hugging Face hub (HF_ENDPOINT, default huggingface.co) accepts a connection now."""
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    try:
+        socket.create_connection((endpoint.hostname, port), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
+@contextmanager
+def _offline_mode() -> Iterator[None]:
+    """Hugging Face's offline mode for the duration: `datasets` reads only its local cache instead of
+    retrying the network for half a minute. Set in the environment (read at import) and in the two config
+    modules (read at call time, when they are imported already)."""
+    saved_env = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    modules = [sys.modules.get(m) for m in ("datasets.config", "huggingface_hub.constants")]
+    saved = [getattr(m, "HF_HUB_OFFLINE", None) for m in modules]
+    for m in modules:
+        if m is not None and hasattr(m, "HF_HUB_OFFLINE"):
+            m.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        if saved_env is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = saved_env
+        for m, value in zip(modules, saved, strict=True):
+            if m is not None and hasattr(m, "HF_HUB_OFFLINE"):
+                m.HF_HUB_OFFLINE = value
+
+
 def load_hf_wikitext(name: str, split: str) -> list[Document]:
     """Download (or take from the local cache) a WikiText split with `datasets` and return its documents.
 
-    `name` is one of `WIKITEXT_HF_NAMES`; `split` is train, valid (or validation) or test. Raises
-    NanobertError when `datasets` is not installed or the download fails.
+    `name` is one of `WIKITEXT_HF_NAMES`; `split` is train, valid (or validation) or test. When the hub does
+    not answer within `HUB_PROBE_SECONDS`, only the local cache is tried, so an offline first run fails in
+    seconds, not after the network retries. Raises NanobertError when `datasets` is not installed or the
+    split cannot be had; the message names the offline ways forward.
     """
     if split not in _SPLITS:
         raise NanobertError(f"unknown split {split!r}; use train, valid or test")
+    online = hub_reachable()
     try:
-        import datasets
+        with _offline_mode() if not online else nullcontext():
+            import datasets
+
+            dataset = datasets.load_dataset("wikitext", name, split=_HF_SPLITS[_SPLITS[split]])
     except ImportError as exc:
         raise NanobertError(
-            "loading WikiText from the hub needs the `datasets` package; `pip install nanobert[hf]`"
+            "loading WikiText from the hub needs the `datasets` package (`pip install nanobert[hf]`); "
+            "or pass local files with --train/--valid, or try the built-in corpus with --data toy"
         ) from exc
-    hf_split = _HF_SPLITS[_SPLITS[split]]
-    try:
-        dataset = datasets.load_dataset("wikitext", name, split=hf_split)
     except Exception as exc:  # network, hub and cache errors come in many types; all mean "no data"
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        what = f"could not load {name} split {_HF_SPLITS[_SPLITS[split]]}"
+        why = f"from the Hugging Face hub ({reason})"
+        if not online:
+            why = "offline: the Hugging Face hub is unreachable and the local cache does not hold it"
         raise NanobertError(
-            f"could not load {name} split {hf_split} from the Hugging Face hub ({reason}); "
-            "check the network, or pass local files with --train/--valid"
+            f"{what} {why}; pass local files with --train/--valid, or try the built-in corpus with --data toy"
         ) from exc
     return documents_from_hf(dataset)
 

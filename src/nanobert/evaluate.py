@@ -3,7 +3,8 @@
 The held-out protocol is fixed, whatever the training recipe: NSP instances built once from the held-out
 documents with `eval_seed`, standard masking (15% of tokens, 80/10/10, no whole-word masking) from a collator
 seeded with `eval_seed`. Every evaluation of every model therefore sees exactly the same masked batches, so
-numbers are comparable across steps, runs and recipes.
+numbers are comparable across steps, runs and recipes. Which documents are held out is decided by the run's
+`DataSources` (sources.py), for the run's own evaluations and for `nanobert evaluate` alike.
 
 MLM figures are per masked token over the whole split (not a mean of batch means); perplexity is
 exp(mlm_loss).
@@ -12,31 +13,21 @@ exp(mlm_loss).
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from nanobert.corpus import Document
+from nanobert.checkpoint import load_pretraining_checkpoint, load_train_config
+from nanobert.config import config_from_dict
+from nanobert.device import autocast, autocast_dtype, resolve_device
 from nanobert.errors import NanobertError
 from nanobert.model import IGNORE_INDEX, BertForPreTraining
 from nanobert.pretraining_data import MaskingCollator, create_instances
-from nanobert.tokenizer import encode_sentences
+from nanobert.sources import DataSources
+from nanobert.tokenizer import load_tokenizer
 
 METRIC_KEYS = ("mlm_loss", "mlm_accuracy", "mlm_perplexity", "nsp_loss", "nsp_accuracy")
 EVAL_MASK_PROB = 0.15  # the standard rate for held-out figures, independent of the training recipe
-
-
-def tokenize_documents(tokenizer: Any, documents: list[Document]) -> list[list[list[int]]]:
-    """Token ids for every sentence of every document (no special tokens), in one batched encode."""
-    flat = [s for doc in documents for s in doc]
-    ids = encode_sentences(tokenizer, flat)
-    out, i = [], 0
-    for doc in documents:
-        out.append(ids[i : i + len(doc)])
-        i += len(doc)
-    return out
 
 
 def prepare_eval_batches(
@@ -68,10 +59,9 @@ def evaluate_model(
     nsp_loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     nsp_correct = torch.zeros((), dtype=torch.long, device=device)
     n_masked = n_pairs = 0
-    autocast = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
     for batch in batches:
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-        with autocast:
+        with autocast(device, autocast_dtype):
             out = model(
                 batch["input_ids"],
                 batch["token_type_ids"],
@@ -107,48 +97,28 @@ def evaluate_checkpoint(
     batch_size: int = 64,
     device: str = "auto",
 ) -> dict[str, float]:
-    """Metrics of a pretraining checkpoint on a held-out split (by default the one it was evaluated on)."""
-    from nanobert.checkpoint import load_pretraining_checkpoint, load_train_config
-    from nanobert.corpus import load_documents
-    from nanobert.tokenizer import load_tokenizer
-    from nanobert.train import autocast_dtype, resolve_device
+    """Metrics of a pretraining checkpoint on a held-out split.
 
+    By default the split its run held out (the `DataSources` recorded in the checkpoint), so the numbers
+    are the run's own final evaluation; `data` or `valid_file` names another (held out by the same rule).
+    """
     if batch_size < 1:
         raise NanobertError(f"--batch-size must be at least 1, got {batch_size}")
     dev = resolve_device(device)
     model, config = load_pretraining_checkpoint(checkpoint, map_location=dev)
     tokenizer = load_tokenizer(checkpoint)
     train_config = load_train_config(config)
-    recorded = config.get("data") or {}
-    if valid_file is None and data is None:
-        valid_file = recorded.get("valid_file")
-        data = recorded.get("data")
-    prepared = recorded.get("prepared") if valid_file is None and data is None else None
-    if prepared is not None:  # a run on `nanobert prepare` shards: their valid split is already tokenized
-        from nanobert.prepare import PreparedCorpus
-
-        corpus = PreparedCorpus(prepared)
-        if not corpus.has_split("valid"):
-            raise NanobertError(f"{prepared} has no valid split; pass --valid FILE")
-        tokenized = list(corpus.split("valid"))
-    else:
-        if valid_file is not None:
-            documents = load_documents(valid_file, split="valid")
-        elif data is not None:
-            documents = load_documents(data, split="valid")
-        else:
+    if data is None and valid_file is None:
+        sources = config_from_dict(DataSources, config.get("data") or {"data": None})
+        if not any((sources.data, sources.train_file, sources.valid_file, sources.prepared)):
             raise NanobertError("the checkpoint records no held-out data; pass --valid FILE or --data NAME")
-        tokenized = tokenize_documents(tokenizer, documents)
+    else:
+        sources = DataSources(data=data, valid_file=valid_file)
+    held_out, _ = sources.held_out(tokenizer)
     batches = prepare_eval_batches(
-        tokenized, train_config.max_seq_len, batch_size, model.config.vocab_size, train_config.eval_seed
+        held_out, train_config.max_seq_len, batch_size, model.config.vocab_size, train_config.eval_seed
     )
     return evaluate_model(model, batches, dev, autocast_dtype(train_config.precision, dev))
 
 
-__all__ = [
-    "METRIC_KEYS",
-    "evaluate_checkpoint",
-    "evaluate_model",
-    "prepare_eval_batches",
-    "tokenize_documents",
-]
+__all__ = ["EVAL_MASK_PROB", "METRIC_KEYS", "evaluate_checkpoint", "evaluate_model", "prepare_eval_batches"]

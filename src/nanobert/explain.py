@@ -12,13 +12,27 @@ cut to their first few numbers. `format_trace` renders the trace as text; nothin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import torch
 
-from nanobert.inference import InferenceModel
+from nanobert.model import BertForPreTraining
 from nanobert.tokenizer import MASK_ID, NUM_SPECIAL_TOKENS
 
 DIGITS = 3  # values are rounded to this many decimals for reading
+
+
+class Explainable(Protocol):
+    """What `explain` needs of a model: `inference.InferenceModel` is one (its `explain` method calls us)."""
+
+    model: BertForPreTraining
+    tokenizer: Any
+
+    def encode(self, text_a: str, text_b: str | None = None) -> dict[str, list[int]]: ...
+
+    def pad_batch(self, encodings: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]: ...
+
+    def tokens(self, ids: list[int]) -> list[str]: ...
 
 
 @dataclass
@@ -85,104 +99,29 @@ def _mean_norm(t: torch.Tensor) -> float:
 
 @torch.no_grad()
 def explain(
-    model: InferenceModel, text_a: str, text_b: str | None = None, top_k: int = 5, preview: int = 6
+    model: Explainable, text_a: str, text_b: str | None = None, top_k: int = 5, preview: int = 6
 ) -> Trace:
     """Trace one forward pass of `model` on `text_a` (and `text_b`), module by module. See the module doc.
 
     The trace is computed from the checkpoint's own modules, so its final hidden states are the model's.
     """
-    bert = model.model.bert
-    cfg = model.model.config
+    bert, cfg = model.model.bert, model.model.config
     enc = model.encode(text_a, text_b)
     batch = model.pad_batch([enc])
-    ids, tt = batch["input_ids"], batch["token_type_ids"]  # (1, T)
-    T = ids.size(1)
-
     # 1. embeddings: three lookups, added, then LayerNorm (dropout is off in eval mode)
-    emb = bert.embeddings
-    tok = emb.word_embeddings(ids)  # (1, T, H)
-    pos = emb.position_embeddings(torch.arange(T, device=ids.device))[None]  # (1, T, H)
-    seg = emb.token_type_embeddings(tt)  # (1, T, H)
-    total = tok + pos + seg
-    x = emb.layer_norm(total)
-    embeddings = [
-        _view("token embeddings", tok, preview, "one learned vector per word piece"),
-        _view("position embeddings", pos, preview, "one learned vector per position 0..T-1"),
-        _view("segment embeddings", seg, preview, "sentence A or sentence B"),
-        _view("sum", total, preview, "token + position + segment"),
-        _view(
-            "after LayerNorm",
-            x,
-            preview,
-            "each vector to mean 0, variance 1, then scaled: layer 0's input",
-        ),
-    ]
-
+    embeddings, x = _embeddings(bert.embeddings, batch["input_ids"], batch["token_type_ids"], preview)
     # 2. the encoder layers, each sublayer by hand so the updates can be measured
     layers = []
     for i, layer in enumerate(bert.layers):
-        x_in = x
-        attn_in = layer.attention_layer_norm(x) if cfg.pre_layer_norm else x
-        qkv = layer.attention.qkv(attn_in)  # (1, T, 3H)
-        q = (
-            qkv[..., : cfg.hidden_size].view(1, T, cfg.num_attention_heads, -1).transpose(1, 2)
-        )  # (1, nh, T, hd)
-        a, probs = layer.attention(attn_in, None, output_attentions=True)  # (1, T, H), (1, nh, T, T)
-        if cfg.pre_layer_norm:
-            x = x + a
-            ff_in = layer.output_layer_norm(x)
-        else:
-            x = ff_in = layer.attention_layer_norm(x + a)
-        after_attention = x
-        ff_hidden = layer.feed_forward.intermediate(ff_in)  # (1, T, intermediate)
-        f = layer.feed_forward(ff_in)
-        x = x + f if cfg.pre_layer_norm else layer.output_layer_norm(x + f)
-        layers.append(
-            LayerTrace(
-                index=i,
-                input=_view("input", x_in, preview),
-                q_k_v_shape=list(q.shape),
-                attention_shape=list(probs.shape),
-                cls_attention=_round(probs[0, :, 0, :].tolist()),
-                attention_output=_view("attention output", a, preview),
-                feed_forward_hidden_shape=list(ff_hidden.shape),
-                feed_forward_output=_view("feed-forward output", f, preview),
-                output=_view("output", x, preview),
-                residual_norms={
-                    "input": _mean_norm(x_in),
-                    "attention update": _mean_norm(a),
-                    "after attention": _mean_norm(after_attention),
-                    "feed-forward update": _mean_norm(f),
-                    "output": _mean_norm(x),
-                },
-            )
-        )
+        trace, x = _layer(i, layer, x, cfg.pre_layer_norm, preview)
+        layers.append(trace)
     final_ln = None
     if bert.final_layer_norm is not None:
         x = bert.final_layer_norm(x)
         final_ln = _view("final LayerNorm", x, preview, "pre-LN models normalise the stream once at the end")
-
     # 3. the heads: [CLS] -> pooler -> NSP; every position -> MLM head (only [MASK] positions are shown)
     pooled = torch.tanh(bert.pooler(x[:, 0]))  # (1, H)
     nsp = model.model.nsp_head(pooled)[0].float().softmax(-1).tolist()
-    masked = []
-    positions = [p for p, t in enumerate(enc["input_ids"]) if t == MASK_ID]
-    if positions:
-        logits = model.model.mlm_head(x[0, positions], bert.embeddings.word_embeddings.weight)  # (M, V)
-        probs = logits.float().softmax(-1)
-        ranked = probs.clone()
-        ranked[:, :NUM_SPECIAL_TOKENS] = -1.0  # special tokens are never offered as answers
-        top = ranked.topk(min(top_k, probs.size(-1) - NUM_SPECIAL_TOKENS), dim=-1).indices
-        for m, p in enumerate(positions):
-            masked.append(
-                MaskedTrace(
-                    p,
-                    [
-                        (model.tokenizer.id_to_token(j), round(probs[m, j].item(), DIGITS))
-                        for j in top[m].tolist()
-                    ],
-                )
-            )
     return Trace(
         model={
             "layers": cfg.num_hidden_layers,
@@ -202,8 +141,88 @@ def explain(
         cls_vector=_view("[CLS] vector", x[:, 0], preview),
         pooled=_view("pooled [CLS]", pooled, preview, "tanh(dense([CLS])): what the NSP head reads"),
         next_sentence={"IsNext": round(nsp[0], DIGITS + 2), "NotNext": round(nsp[1], DIGITS + 2)},
-        masked=masked,
+        masked=_masked(model, x, enc["input_ids"], top_k),
     )
+
+
+def _embeddings(
+    emb: torch.nn.Module, ids: torch.Tensor, tt: torch.Tensor, preview: int
+) -> tuple[list[TensorView], torch.Tensor]:
+    """The token, position and segment embeddings of ids (1, T), their sum and its LayerNorm (layer 0's
+    input, also returned)."""
+    tok = emb.word_embeddings(ids)  # (1, T, H)
+    pos = emb.position_embeddings(torch.arange(ids.size(1), device=ids.device))[None]  # (1, T, H)
+    seg = emb.token_type_embeddings(tt)  # (1, T, H)
+    total = tok + pos + seg
+    x = emb.layer_norm(total)
+    views = [
+        _view("token embeddings", tok, preview, "one learned vector per word piece"),
+        _view("position embeddings", pos, preview, "one learned vector per position 0..T-1"),
+        _view("segment embeddings", seg, preview, "sentence A or sentence B"),
+        _view("sum", total, preview, "token + position + segment"),
+        _view(
+            "after LayerNorm", x, preview, "each vector to mean 0, variance 1, then scaled: layer 0's input"
+        ),
+    ]
+    return views, x
+
+
+def _layer(
+    index: int, layer: torch.nn.Module, x: torch.Tensor, pre_layer_norm: bool, preview: int
+) -> tuple[LayerTrace, torch.Tensor]:
+    """One encoder layer, sublayer by sublayer, as `model.EncoderLayer` computes it: its trace and output."""
+    x_in = x
+    attention = layer.attention
+    attn_in = layer.attention_layer_norm(x) if pre_layer_norm else x
+    B, T, H = attn_in.shape
+    q = attention.qkv(attn_in)[..., :H].view(B, T, attention.num_heads, -1).transpose(1, 2)  # (1, nh, T, hd)
+    a, probs = attention(attn_in, None, output_attentions=True)  # (1, T, H), (1, nh, T, T)
+    if pre_layer_norm:
+        x = x + a
+        ff_in = layer.output_layer_norm(x)
+    else:
+        x = ff_in = layer.attention_layer_norm(x + a)
+    after_attention = x
+    ff_hidden = layer.feed_forward.intermediate(ff_in)  # (1, T, intermediate)
+    f = layer.feed_forward(ff_in)
+    x = x + f if pre_layer_norm else layer.output_layer_norm(x + f)
+    trace = LayerTrace(
+        index=index,
+        input=_view("input", x_in, preview),
+        q_k_v_shape=list(q.shape),
+        attention_shape=list(probs.shape),
+        cls_attention=_round(probs[0, :, 0, :].tolist()),
+        attention_output=_view("attention output", a, preview),
+        feed_forward_hidden_shape=list(ff_hidden.shape),
+        feed_forward_output=_view("feed-forward output", f, preview),
+        output=_view("output", x, preview),
+        residual_norms={
+            "input": _mean_norm(x_in),
+            "attention update": _mean_norm(a),
+            "after attention": _mean_norm(after_attention),
+            "feed-forward update": _mean_norm(f),
+            "output": _mean_norm(x),
+        },
+    )
+    return trace, x
+
+
+def _masked(model: Explainable, x: torch.Tensor, input_ids: list[int], top_k: int) -> list[MaskedTrace]:
+    """The masked-LM head's top guesses at each [MASK] of the final hidden states x (1, T, H)."""
+    positions = [p for p, t in enumerate(input_ids) if t == MASK_ID]
+    if not positions:
+        return []
+    weight = model.model.bert.embeddings.word_embeddings.weight
+    probs = model.model.mlm_head(x[0, positions], weight).float().softmax(-1)  # (M, V)
+    ranked = probs.clone()
+    ranked[:, :NUM_SPECIAL_TOKENS] = -1.0  # special tokens are never offered as answers
+    top = ranked.topk(min(top_k, probs.size(-1) - NUM_SPECIAL_TOKENS), dim=-1).indices
+    return [
+        MaskedTrace(
+            p, [(model.tokenizer.id_to_token(j), round(probs[m, j].item(), DIGITS)) for j in top[m].tolist()]
+        )
+        for m, p in enumerate(positions)
+    ]
 
 
 # --- text rendering --------------------------------------------------------------------------------------
@@ -305,4 +324,4 @@ def format_trace(trace: Trace) -> str:
     return "\n".join(out)
 
 
-__all__ = ["LayerTrace", "MaskedTrace", "TensorView", "Trace", "explain", "format_trace"]
+__all__ = ["Explainable", "LayerTrace", "MaskedTrace", "TensorView", "Trace", "explain", "format_trace"]

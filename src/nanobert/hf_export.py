@@ -20,9 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
+from nanobert.checkpoint import load_pretraining_checkpoint, save_checkpoint, write_atomically
 from nanobert.config import ModelConfig
 from nanobert.errors import NanobertError
+from nanobert.model import BertForPreTraining
+from nanobert.tokenizer import CLS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, load_tokenizer, save_tokenizer
 
 # nanobert name -> transformers name, for everything outside the repeated layers.
 _TOP_LEVEL = {
@@ -195,11 +201,6 @@ def export_hf(checkpoint: str | Path, out: str | Path, overwrite: bool = False) 
     `BertForPreTraining.from_pretrained(out)` and `BertTokenizerFast.from_pretrained(out)` load it with no
     missing or unexpected keys. Pre-LN models are refused (transformers' BERT is post-LN only).
     """
-    from safetensors.torch import save_file
-
-    from nanobert.checkpoint import load_pretraining_checkpoint, write_atomically
-    from nanobert.tokenizer import load_tokenizer, save_tokenizer
-
     checkpoint, out = Path(checkpoint), Path(out)
     model, _ = load_pretraining_checkpoint(checkpoint)
     tokenizer = load_tokenizer(checkpoint)
@@ -228,9 +229,6 @@ class ImportResult:
 
 def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
     """A transformers directory's weights: model.safetensors (single or sharded), else pytorch_model.bin."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     index = directory / (HF_WEIGHTS_NAME + ".index.json")
     try:
         if (directory / HF_WEIGHTS_NAME).is_file():
@@ -259,10 +257,6 @@ def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
 
 def _read_hf_tokenizer(directory: Path) -> Any:
     """The WordPiece tokenizer of a transformers directory: tokenizer.json, else built from vocab.txt."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
-
-    from nanobert.tokenizer import SPECIAL_TOKENS
-
     if (directory / "tokenizer.json").is_file():
         try:
             tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
@@ -311,10 +305,6 @@ def _specials_first(tokenizer: Any, vocab_size: int) -> tuple[Any, list[int] | N
     101, ...); renumbering the vocabulary, and permuting the embedding rows the same way, keeps the model
     exactly as it was while meeting nanobert's convention.
     """
-    from tokenizers import Tokenizer, processors
-
-    from nanobert.tokenizer import CLS_ID, SEP_ID, SPECIAL_TOKENS
-
     vocab = tokenizer.get_vocab(with_added_tokens=True)
     absent = [t for t in SPECIAL_TOKENS if t not in vocab]
     if absent:
@@ -356,10 +346,6 @@ def import_hf(hf_dir: str | Path, out: str | Path, overwrite: bool = False, seed
     renumbered with the specials first and the other tokens in their original order, and the word-embedding
     rows and the MLM bias are permuted to match, so the model computes exactly what it did before.
     """
-    from nanobert.checkpoint import save_checkpoint
-    from nanobert.model import BertForPreTraining
-    from nanobert.tokenizer import PAD_ID
-
     hf_dir, out = Path(hf_dir), Path(out)
     if not (hf_dir / HF_CONFIG_NAME).is_file():
         raise NanobertError(f"{hf_dir} is not a transformers model directory (it has no {HF_CONFIG_NAME})")

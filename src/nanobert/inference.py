@@ -4,8 +4,8 @@
 `embed`, `similarity`, `attention` and `explain`. Each one tokenizes with the checkpoint's own tokenizer and
 runs `BertForPreTraining` in eval mode without gradients; the model itself is untouched. Texts longer than
 the model's position table are truncated (the longer side of a pair first, as in pretraining). Results are
-small dataclasses of plain Python values or NumPy arrays; nothing here prints. `plot_attention` draws the
-maps with matplotlib.
+small dataclasses of plain Python values or NumPy arrays; nothing here prints. `plots.plot_attention` draws
+the maps with matplotlib.
 
 The two heads are read the way they were trained (Devlin et al. 2019, section 3.1): the masked-LM head gives
 a distribution over the vocabulary at every position, and the next-sentence head's class 0 is "B follows A".
@@ -22,7 +22,9 @@ import numpy as np
 import torch
 
 from nanobert.checkpoint import load_pretraining_checkpoint
+from nanobert.device import resolve_device
 from nanobert.errors import NanobertError
+from nanobert.explain import Trace, explain
 from nanobert.model import BertForPreTraining
 from nanobert.tokenizer import (
     CLS_ID,
@@ -32,6 +34,7 @@ from nanobert.tokenizer import (
     SEP_ID,
     encode_pair,
     load_tokenizer,
+    pad,
 )
 
 # "[mask]" typed in lower case would otherwise be split into "[", "mask", "]" and silently mean nothing.
@@ -72,14 +75,6 @@ class AttentionMaps:
     probs: np.ndarray = field(repr=False)  # (L, nh, T, T): layer, head, query position, key position
 
 
-def _resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise NanobertError(f"device {name!r} was asked for but no CUDA GPU is available; use --device cpu")
-    return torch.device(name)
-
-
 class InferenceModel:
     """A pretrained BERT with its tokenizer, ready to answer questions. Build it with `load(checkpoint)`."""
 
@@ -102,12 +97,10 @@ class InferenceModel:
 
     def pad_batch(self, encodings: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
         """Right-pad encodings into (B, T) tensors on the model's device."""
-        T = max(len(e["input_ids"]) for e in encodings)
-        out = {}
-        for key, pad in (("input_ids", PAD_ID), ("token_type_ids", 0), ("attention_mask", 0)):
-            rows = [e[key] + [pad] * (T - len(e[key])) for e in encodings]
-            out[key] = torch.tensor(rows, dtype=torch.long, device=self.device)
-        return out
+        input_ids, mask = pad([e["input_ids"] for e in encodings], PAD_ID)
+        token_type_ids, _ = pad([e["token_type_ids"] for e in encodings], 0)
+        batch = {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": mask.long()}
+        return {k: v.to(self.device) for k, v in batch.items()}
 
     @torch.no_grad()
     def forward(self, text_a: str, text_b: str | None = None, **kwargs: Any):
@@ -194,10 +187,8 @@ class InferenceModel:
             out[idx] = mean.float().cpu().numpy()
         return out[0] if single else out
 
-    def explain(self, text_a: str, text_b: str | None = None, **kwargs: Any):
+    def explain(self, text_a: str, text_b: str | None = None, **kwargs: Any) -> Trace:
         """A step-by-step trace of one forward pass; see `nanobert.explain.explain` (same keywords)."""
-        from nanobert.explain import explain  # explain builds on this module, so it is imported late
-
         return explain(self, text_a, text_b, **kwargs)
 
     def similarity(self, text_a: str, text_b: str) -> float:
@@ -224,7 +215,7 @@ def load(checkpoint: str | Path, device: str = "cpu") -> InferenceModel:
 
     `device` is "cpu", "cuda", "cuda:N" or "auto". Raises NanobertError for a missing or corrupt checkpoint.
     """
-    dev = _resolve_device(device)
+    dev = resolve_device(device)
     model, config = load_pretraining_checkpoint(checkpoint, map_location=dev)
     tokenizer = load_tokenizer(checkpoint)
     if tokenizer.get_vocab_size() > model.config.vocab_size:
@@ -265,70 +256,6 @@ def embed_file(
     return out_path, tuple(vectors.shape)
 
 
-# Figure geometry: one square heatmap per (layer, head), scaled with the number of tokens, plus room for the
-# token labels on both axes and the title. Exposed so callers (and tests) know the PNG's size before drawing.
-ATTENTION_DPI = 100
-
-
-def _heatmap_inches(num_tokens: int) -> float:
-    return max(1.6, 0.16 * num_tokens)  # the side of one T x T heatmap: about 0.16 in per token
-
-
-def _label_fontsize(num_tokens: int) -> float:
-    """Token labels in points: 70% of the spacing between rows, at most 9 pt."""
-    return min(9.0, 0.7 * 72 * _heatmap_inches(num_tokens) / max(num_tokens, 1))
-
-
-def attention_figure_inches(tokens: list[str], rows: int, cols: int) -> tuple[float, float]:
-    """(width, height) in inches of the attention figure: `rows` layers by `cols` heads over `tokens`."""
-    side = _heatmap_inches(len(tokens))
-    label = max(len(t) for t in tokens) * _label_fontsize(len(tokens)) * 0.65 / 72 + 0.2  # tick labels
-    return cols * (side + label + 0.2), rows * (side + label + 0.4) + 0.4  # + titles; 0.4 in suptitle
-
-
-def plot_attention(
-    maps: AttentionMaps,
-    out_path: str | Path,
-    layer: int | None = None,
-    head: int | None = None,
-    dpi: int = ATTENTION_DPI,
-) -> Path:
-    """Draw attention heatmaps (query tokens down the side, key tokens along the bottom) to a PNG.
-
-    With `layer` and `head`, one map; with one of them, that layer's heads or that head in every layer;
-    with neither, a grid of every layer (rows) by every head (columns). Layers and heads count from 0.
-    """
-    from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
-
-    L, nh, T, _ = maps.probs.shape
-    if layer is not None and not 0 <= layer < L:
-        raise NanobertError(f"--layer {layer} is out of range; this model has layers 0..{L - 1}")
-    if head is not None and not 0 <= head < nh:
-        raise NanobertError(f"--head {head} is out of range; this model has heads 0..{nh - 1}")
-    layers = [layer] if layer is not None else list(range(L))
-    heads = [head] if head is not None else list(range(nh))
-    width, height = attention_figure_inches(maps.tokens, len(layers), len(heads))
-    fig = Figure(figsize=(width, height), dpi=dpi, layout="constrained")
-    axes = fig.subplots(len(layers), len(heads), squeeze=False)
-    fontsize = _label_fontsize(T)
-    for r, li in enumerate(layers):
-        for c, hi in enumerate(heads):
-            ax = axes[r][c]
-            # aspect="auto": the figure geometry already makes each cell square, and a fixed aspect would
-            # let the layout engine place labels for a box the heatmap no longer fills.
-            ax.imshow(maps.probs[li, hi], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
-            ax.set_title(f"layer {li} head {hi}", fontsize=9)
-            ax.set_xticks(range(T))
-            ax.set_yticks(range(T))
-            ax.set_xticklabels(maps.tokens, rotation=90, fontsize=fontsize)
-            ax.set_yticklabels(maps.tokens, fontsize=fontsize)
-    fig.suptitle("attention probabilities (rows: query token, columns: attended token)", fontsize=10)
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_path, dpi=dpi)
-    return out_path
-
-
 __all__ = [
     "AttentionMaps",
     "Candidate",
@@ -336,9 +263,7 @@ __all__ = [
     "InferenceModel",
     "MaskPrediction",
     "NextSentence",
-    "attention_figure_inches",
     "embed_file",
     "load",
-    "plot_attention",
     "read_lines",
 ]

@@ -396,16 +396,6 @@ class BertForSequenceClassification(nn.Module):
         return SequenceClassifierOutput(loss, logits)
 
 
-def decay_parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """AdamW groups: weight decay on matrices and embeddings, none on biases and LayerNorm weights."""
-    decay, no_decay = [], []
-    for _name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        (no_decay if p.ndim < 2 else decay).append(p)  # biases and LayerNorm parameters are 1-D
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
 __all__ = [
     "IGNORE_INDEX",
     "BertForPreTraining",
@@ -414,6 +404,5 @@ __all__ = [
     "EncoderOutput",
     "PreTrainingOutput",
     "SequenceClassifierOutput",
-    "decay_parameter_groups",
     "init_weights",
 ]

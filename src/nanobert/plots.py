@@ -1,9 +1,16 @@
-"""Training curves from metrics.jsonl: losses (train and held-out) and held-out accuracies, as one PNG."""
+"""Pictures: training curves from metrics.jsonl, and attention heatmaps. matplotlib, files only.
+
+`plot_curves` draws losses (train and held-out) and held-out accuracies as one PNG; `plot_attention` draws
+attention probabilities with the word pieces on both axes, one heatmap per layer and head.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+from nanobert.errors import NanobertError
 
 
 def plot_curves(metrics_path: str | Path, out_path: str | Path) -> Path:
@@ -52,4 +59,69 @@ def plot_curves(metrics_path: str | Path, out_path: str | Path) -> Path:
     return Path(out_path)
 
 
-__all__ = ["plot_curves"]
+# Figure geometry: one square heatmap per (layer, head), scaled with the number of tokens, plus room for the
+# token labels on both axes and the title. Exposed so callers (and tests) know the PNG's size before drawing.
+ATTENTION_DPI = 100
+
+
+def _heatmap_inches(num_tokens: int) -> float:
+    return max(1.6, 0.16 * num_tokens)  # the side of one T x T heatmap: about 0.16 in per token
+
+
+def _label_fontsize(num_tokens: int) -> float:
+    """Token labels in points: 70% of the spacing between rows, at most 9 pt."""
+    return min(9.0, 0.7 * 72 * _heatmap_inches(num_tokens) / max(num_tokens, 1))
+
+
+def attention_figure_inches(tokens: list[str], rows: int, cols: int) -> tuple[float, float]:
+    """(width, height) in inches of the attention figure: `rows` layers by `cols` heads over `tokens`."""
+    side = _heatmap_inches(len(tokens))
+    label = max(len(t) for t in tokens) * _label_fontsize(len(tokens)) * 0.65 / 72 + 0.2  # tick labels
+    return cols * (side + label + 0.2), rows * (side + label + 0.4) + 0.4  # + titles; 0.4 in suptitle
+
+
+def plot_attention(
+    maps: Any,
+    out_path: str | Path,
+    layer: int | None = None,
+    head: int | None = None,
+    dpi: int = ATTENTION_DPI,
+) -> Path:
+    """Draw attention heatmaps (query tokens down the side, key tokens along the bottom) to a PNG.
+
+    `maps` has `tokens` (T word pieces) and `probs` (L, nh, T, T), as `inference.AttentionMaps` does.
+    With `layer` and `head`, one map; with one of them, that layer's heads or that head in every layer;
+    with neither, a grid of every layer (rows) by every head (columns). Layers and heads count from 0.
+    """
+    from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
+
+    L, nh, T, _ = maps.probs.shape
+    if layer is not None and not 0 <= layer < L:
+        raise NanobertError(f"--layer {layer} is out of range; this model has layers 0..{L - 1}")
+    if head is not None and not 0 <= head < nh:
+        raise NanobertError(f"--head {head} is out of range; this model has heads 0..{nh - 1}")
+    layers = [layer] if layer is not None else list(range(L))
+    heads = [head] if head is not None else list(range(nh))
+    width, height = attention_figure_inches(maps.tokens, len(layers), len(heads))
+    fig = Figure(figsize=(width, height), dpi=dpi, layout="constrained")
+    axes = fig.subplots(len(layers), len(heads), squeeze=False)
+    fontsize = _label_fontsize(T)
+    for r, li in enumerate(layers):
+        for c, hi in enumerate(heads):
+            ax = axes[r][c]
+            # aspect="auto": the figure geometry already makes each cell square, and a fixed aspect would
+            # let the layout engine place labels for a box the heatmap no longer fills.
+            ax.imshow(maps.probs[li, hi], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+            ax.set_title(f"layer {li} head {hi}", fontsize=9)
+            ax.set_xticks(range(T))
+            ax.set_yticks(range(T))
+            ax.set_xticklabels(maps.tokens, rotation=90, fontsize=fontsize)
+            ax.set_yticklabels(maps.tokens, fontsize=fontsize)
+    fig.suptitle("attention probabilities (rows: query token, columns: attended token)", fontsize=10)
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_path, dpi=dpi)
+    return out_path
+
+
+__all__ = ["ATTENTION_DPI", "attention_figure_inches", "plot_attention", "plot_curves"]

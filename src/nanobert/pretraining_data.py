@@ -20,8 +20,11 @@ from typing import Any
 import torch
 
 from nanobert.errors import NanobertError
+from nanobert.model import IGNORE_INDEX
+from nanobert.tokenizer import CLS_ID, MASK_ID, NUM_SPECIAL_TOKENS, PAD_ID, SEP_ID, UNK_ID, pad
 
 __all__ = [
+    "IGNORE_INDEX",
     "Instance",
     "MaskingCollator",
     "batches",
@@ -29,12 +32,8 @@ __all__ = [
     "masked_positions",
     "nsp_documents",
     "query_layout",
+    "word_start_table",
 ]
-
-# Fixed project-wide (see tokenizer.py); ids >= NUM_SPECIAL_TOKENS are ordinary word pieces.
-PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 1, 2, 3, 4
-NUM_SPECIAL_TOKENS = 5
-IGNORE_INDEX = -100  # torch.nn.functional.cross_entropy's default ignore_index
 
 NOT_NEXT, IS_NEXT = 1, 0  # Hugging Face convention: label 0 means B really follows A
 
@@ -343,21 +342,10 @@ class MaskingCollator:
         self.generator.set_state(state["generator"])
 
     def _pad(self, instances: list[Instance]) -> dict[str, torch.Tensor]:
-        lengths = torch.tensor([len(x.input_ids) for x in instances])
-        width = int(lengths.max()) if self.pad_to is None else self.pad_to
-        if self.pad_to is None and self.pad_to_multiple_of:
-            width = -(-width // self.pad_to_multiple_of) * self.pad_to_multiple_of
-        if int(lengths.max()) > width:
-            raise NanobertError(
-                f"an instance has {int(lengths.max())} tokens but pad_to={width}; "
-                "raise pad_to or create instances with max_seq_len <= pad_to"
-            )
-        attention_mask = torch.arange(width) < lengths[:, None]  # (B, T)
-        input_ids = torch.full((len(instances), width), self.pad_id, dtype=torch.long)
-        token_type_ids = torch.zeros((len(instances), width), dtype=torch.long)
-        # Boolean-mask assignment fills row-major, so one flat list per field fills every row at once.
-        input_ids[attention_mask] = torch.tensor([t for x in instances for t in x.input_ids])
-        token_type_ids[attention_mask] = torch.tensor([t for x in instances for t in x.token_type_ids])
+        input_ids, attention_mask = pad(
+            [x.input_ids for x in instances], self.pad_id, self.pad_to, self.pad_to_multiple_of
+        )
+        token_type_ids, _ = pad([x.token_type_ids for x in instances], 0, input_ids.size(1))
         return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
 
     def __call__(self, instances: list[Instance]) -> dict[str, torch.Tensor]:
@@ -431,3 +419,12 @@ class MaskingCollator:
 
         u = torch.rand(B, T + 1, generator=self.generator).gather(1, word)  # (B, T)
         return chosen, u
+
+
+def word_start_table(tokenizer: Any, vocab_size: int) -> torch.Tensor:
+    """For whole-word masking: True for ids that begin a word (no '##' continuation prefix)."""
+    table = torch.ones(vocab_size, dtype=torch.bool)
+    for token, idx in tokenizer.get_vocab().items():
+        if token.startswith("##") and idx < vocab_size:
+            table[idx] = False
+    return table

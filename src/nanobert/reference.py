@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from safetensors import SafetensorError
+from safetensors.numpy import load_file
 
 from nanobert.errors import NanobertError
 
@@ -169,9 +171,6 @@ def forward(
 
 def load_reference(checkpoint: str | Path) -> tuple[Weights, ReferenceConfig]:
     """The float64 weights and the config of a nanobert checkpoint directory, without torch."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
-
     directory = Path(checkpoint)
     config_path, weights_path = directory / "config.json", directory / "model.safetensors"
     if not config_path.is_file() or not weights_path.is_file():

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from nanobert.errors import NanobertError
@@ -31,11 +32,15 @@ __all__ = [
     "SEP_ID",
     "SPECIAL_TOKENS",
     "UNK_ID",
+    "encode_documents",
     "encode_pair",
+    "encode_pairs",
     "encode_sentences",
     "load_tokenizer",
+    "pad",
     "save_tokenizer",
     "train_tokenizer",
+    "truncate_pair",
 ]
 
 # Fixed order: the position in this tuple is the token id. BERT's own vocab puts [PAD] at 0 as well, so
@@ -242,35 +247,91 @@ def encode_sentences(tokenizer: Tokenizer, sentences: list[str]) -> list[list[in
     return [encoding.ids for encoding in encodings]
 
 
+def encode_documents(tokenizer: Tokenizer, documents: list[list[str]]) -> list[list[list[int]]]:
+    """Token ids of every sentence of every document (no special tokens), in one batched encode."""
+    ids = encode_sentences(tokenizer, [s for doc in documents for s in doc])
+    out, i = [], 0
+    for doc in documents:
+        out.append(ids[i : i + len(doc)])
+        i += len(doc)
+    return out
+
+
+def truncate_pair(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
+    """How many tokens of A and of B to keep so that together they fit `budget`: the longer side loses one
+    token at a time from its end (google-research/bert `truncate_seq_pair`, without its random front cut)."""
+    while len_a + len_b > budget:
+        if len_a > len_b:
+            len_a -= 1
+        else:
+            len_b -= 1
+    return len_a, len_b
+
+
+def encode_pairs(
+    tokenizer: Tokenizer, texts_a: list[str], texts_b: list[str] | None = None, max_length: int | None = None
+) -> tuple[list[list[int]], list[list[int]]]:
+    """`[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]` ids and segment ids for every example, in batched encodes.
+
+    Segment ids are 0 up to and including the first [SEP] and 1 after it. With `max_length`, the longer of
+    A and B loses tokens from its end until the whole, specials included, fits (`truncate_pair`). Returns
+    (input_ids, token_type_ids), one unpadded list per example.
+    """
+    num_specials = 2 if texts_b is None else 3
+    if max_length is not None and max_length < num_specials:
+        raise NanobertError(f"max_length {max_length} cannot hold the specials; use at least {num_specials}")
+    ids_a = encode_sentences(tokenizer, texts_a)
+    ids_b = encode_sentences(tokenizer, texts_b) if texts_b is not None else [[]] * len(ids_a)
+    input_ids, token_type_ids = [], []
+    for a, b in zip(ids_a, ids_b, strict=True):
+        len_a, len_b = len(a), len(b)
+        if max_length is not None:
+            len_a, len_b = truncate_pair(len_a, len_b, max_length - num_specials)
+        ids = [CLS_ID, *a[:len_a], SEP_ID]
+        types = [0] * len(ids)
+        if texts_b is not None:
+            ids += [*b[:len_b], SEP_ID]
+            types += [1] * (len_b + 1)
+        input_ids.append(ids)
+        token_type_ids.append(types)
+    return input_ids, token_type_ids
+
+
 def encode_pair(
     tokenizer: Tokenizer, text_a: str, text_b: str | None = None, max_length: int | None = None
 ) -> dict[str, list[int]]:
-    """Encode one text or a pair as `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`, unpadded.
+    """Encode one text or a pair as `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`, unpadded (`encode_pairs`).
 
-    Returns {"input_ids", "token_type_ids", "attention_mask"}, each a list of the same length; token types
-    are 0 up to and including the first [SEP] and 1 after it, and the mask is all ones. With `max_length`,
-    the longer of A and B loses tokens from its end until the whole, specials included, fits.
+    Returns {"input_ids", "token_type_ids", "attention_mask"}, each a list of the same length; the mask is
+    all ones.
     """
-    texts = [text_a] if text_b is None else [text_a, text_b]
-    encoded = encode_sentences(tokenizer, texts)
-    ids_a, ids_b = encoded[0], (encoded[1] if text_b is not None else None)
+    ids, types = encode_pairs(tokenizer, [text_a], None if text_b is None else [text_b], max_length)
+    return {"input_ids": ids[0], "token_type_ids": types[0], "attention_mask": [1] * len(ids[0])}
 
-    if max_length is not None:
-        num_specials = 2 if ids_b is None else 3
-        if max_length < num_specials:
-            raise NanobertError(
-                f"max_length {max_length} cannot hold the specials; use at least {num_specials}"
-            )
-        # Trim the longer side one token at a time, as google-research/bert `truncate_seq_pair` does.
-        while len(ids_a) + len(ids_b or []) > max_length - num_specials:
-            if ids_b is None or len(ids_a) > len(ids_b):
-                ids_a.pop()
-            else:
-                ids_b.pop()
 
-    input_ids = [CLS_ID, *ids_a, SEP_ID]
-    token_type_ids = [0] * len(input_ids)
-    if ids_b is not None:
-        input_ids += [*ids_b, SEP_ID]
-        token_type_ids += [1] * (len(ids_b) + 1)
-    return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": [1] * len(input_ids)}
+def pad(
+    rows: Sequence[Sequence[int]],
+    pad_id: int = PAD_ID,
+    width: int | None = None,
+    multiple_of: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad rows of ids into a (B, T) long tensor; returns it and the (B, T) bool mask of real tokens.
+
+    T is `width`, or the longest row rounded up to `multiple_of` (few distinct shapes: fewer recompiles,
+    tensor-core sizes). NanobertError when a row is longer than `width`. This is the one padding rule of
+    every batch nanobert builds (pretraining, fine-tuning, inference).
+    """
+    lengths = torch.tensor([len(r) for r in rows])
+    longest = int(lengths.max())
+    if width is None:
+        width = -(-longest // multiple_of) * multiple_of if multiple_of else longest
+    if longest > width:
+        raise NanobertError(
+            f"a row has {longest} tokens but the padded width is {width} (pad_to); "
+            "raise pad_to or create instances with max_seq_len <= pad_to"
+        )
+    mask = torch.arange(width) < lengths[:, None]  # (B, T)
+    out = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    # Boolean-mask assignment fills row-major, so one flat list fills every row at once.
+    out[mask] = torch.tensor([t for r in rows for t in r], dtype=torch.long)
+    return out, mask

@@ -1,0 +1,447 @@
+"""The training loop every job runs: stop checks, learning rate, step, log, evaluate, save.
+
+Follows nanoGPT's train.py and litgpt's `fit`. A job (pretraining, fine-tuning) sets up a `Job`, what the
+loop needs from it: the model, the optimizer, a batch feeder, a loss function, an evaluation function and a
+way to save, and a `Plan`: how long, how often to log, evaluate and save. `fit` then runs the loop and the
+end of the run (a final evaluation, a resumable last/ checkpoint), and returns what happened; the job writes
+its own summary. Nothing here knows whether the batches are masked sentences or labelled examples.
+
+Host synchronisation (`.item()`) happens only at log and evaluation intervals. Under data parallelism
+(`distributed.py`) every rank runs the same loop; the stop decision, the logged losses and the RNG states in
+a checkpoint are agreed across ranks, and only rank 0 evaluates and writes.
+
+Faults: SIGINT/SIGTERM stop the run at the next step with a resumable last/ (saved at once, then again after
+the final evaluation); a non-finite loss or weight stops the run with an error *before* anything is saved,
+so the last good checkpoint stays as it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import signal
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from nanobert.device import autocast
+from nanobert.distributed import Distributed
+from nanobert.errors import NanobertError
+from nanobert.optim import lr_multiplier, set_learning_rate
+from nanobert.run_log import RunLog
+
+
+@dataclass
+class RunState:
+    """What a resume restores besides weights, optimizer, data position and RNG states."""
+
+    step: int = 0
+    train_time: float = 0.0  # seconds spent in the loop (the time budget counts these)
+    tokens_seen: int = 0
+    best_value: float | None = None  # the best held-out value of the job's selection metric so far
+    best_step: int | None = None
+    evals_since_best: int = 0
+    history: list[dict] = field(default_factory=list)  # every evaluation: {"step": ..., **metrics}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunState:
+        """A saved state; checkpoints of earlier versions called best_value best_mlm_loss."""
+        data = dict(data)
+        if "best_mlm_loss" in data:
+            loss = data.pop("best_mlm_loss")
+            data.setdefault("best_value", loss if math.isfinite(loss) else None)
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def best(self) -> dict | None:
+        return next((h for h in self.history if h["step"] == self.best_step), None)
+
+
+@dataclass
+class Plan:
+    """How long a run is and how often it logs, evaluates and saves. One of total_steps / time_budget."""
+
+    learning_rate: float
+    warmup_ratio: float
+    total_steps: int | None = None
+    time_budget: float | None = None  # seconds; the schedule then follows elapsed time
+    min_lr_ratio: float = 0.0
+    grad_accum_steps: int = 1
+    grad_clip: float = 1.0
+    log_interval: int = 20
+    eval_interval: int = 200
+    checkpoint_interval: int | None = None  # steps between resumable last/ saves; None: none mid-run
+    stop_after: int | None = None  # end after this many total steps without changing the schedule
+    early_stopping_patience: int | None = None
+    resumable: bool = True  # checkpoints carry trainer state, and the run ends with a last/ checkpoint
+
+
+@dataclass
+class Job:
+    """What a job hands the loop.
+
+    `loss(model, batch)` runs the forward pass (under autocast) and returns named scalar losses, "loss" (the
+    one to minimise) first; `evaluate()` returns held-out metrics (rank 0; the others get the same);
+    `save(name, run, trainer_state)` writes checkpoint `name` and returns its path (rank 0 only;
+    trainer_state is None unless the plan is resumable). The job's selection `metric` picks best/, lower
+    or higher being better.
+    """
+
+    model: nn.Module  # unwrapped: what is saved and checked for finite weights
+    train_model: nn.Module  # what runs the forward pass: `model`, or its torch.compile / DDP wrapper
+    optimizer: torch.optim.Optimizer
+    feeder: Any  # .next() -> (batch on the host, data position after it); .close()
+    data_state: dict[str, Any]  # the data position before the first batch
+    loss: Callable[[nn.Module, dict[str, torch.Tensor]], dict[str, torch.Tensor]]
+    evaluate: Callable[[], dict[str, float]]
+    save: Callable[[str, RunState, dict | None], Path]
+    device: torch.device
+    amp_dtype: torch.dtype | None = None
+    ctx: Distributed = field(default_factory=Distributed)
+    metric: str = "mlm_loss"
+    higher_is_better: bool = False
+    eval_split: str = "valid"  # the `split` of evaluation records in metrics.jsonl
+    divergence_hint: str = "lower learning_rate (--set learning_rate=...) and resume or restart"
+    saved: tuple[Path, int] | None = None  # the last good checkpoint, named when training diverges
+
+
+@dataclass
+class Outcome:
+    stop_reason: str
+    final: dict[str, float]  # the held-out metrics at the last step
+    signalled: bool
+    data_state: dict[str, Any]  # the data position after the last batch trained on
+
+
+class SignalRecorder:
+    """Records SIGINT and SIGTERM instead of acting on them, from `install()` until `restore()`."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.previous: dict[int, Any] = {}
+
+    def _record(self, signum, _frame) -> None:
+        self.received.append(signum)
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self.previous[sig] = signal.signal(sig, self._record)
+            except ValueError:  # not the main thread (e.g. called from a worker thread): no handler
+                pass
+
+    def restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        self.previous.clear()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The loop
+
+
+def fit(job: Job, plan: Plan, run: RunState, log: RunLog) -> Outcome:
+    """Train until the plan, --stop-after, a signal or early stopping ends the run; then finish it: a final
+    evaluation if the last step had none, and a resumable last/ (saved at once after a signal)."""
+    loop = _Loop(job, plan, run, log)
+    job.model.train()  # a resumed model was loaded in eval mode: dropout back on
+    # From here to the end of the run, SIGINT / SIGTERM are only recorded: they end the run at the next step
+    # boundary, and one arriving during the final save cannot cut it short.
+    loop.signals.install()
+    try:
+        try:
+            reason, signalled = _train(loop)
+        finally:
+            job.feeder.close()
+        return loop.finish(reason, signalled)
+    finally:
+        loop.signals.restore()
+        log.close()
+
+
+def _train(loop: _Loop) -> tuple[str, bool]:
+    """The loop itself; returns why it stopped and whether a signal asked it to."""
+    job, plan, run = loop.job, loop.plan, loop.run
+    while True:
+        # stop checks: the plan's steps or seconds, --stop-after, a signal (one decision for all ranks)
+        elapsed, signalled = loop.clock()
+        reason = loop.stop_reason(elapsed, signalled)
+        if reason is not None:
+            return reason, signalled
+        # learning rate for this step, from the fraction of the plan done
+        done = (run.step + 1) / plan.total_steps if plan.total_steps else elapsed / plan.time_budget
+        lr = plan.learning_rate * lr_multiplier(done, plan.warmup_ratio, plan.min_lr_ratio)
+        set_learning_rate(job.optimizer, lr)
+        # step: forward and backward over the micro-batches, clip, update
+        loop.train_step()
+        run.step += 1
+        # log: the only per-step host sync, every log_interval steps and at the end
+        if run.step % plan.log_interval == 0 or loop.at_end():
+            loop.log_window(lr)
+        # evaluate and keep the best; stop early once the best is `patience` evaluations old
+        if run.step % plan.eval_interval == 0:
+            loop.timed(loop.evaluate)
+            patience = plan.early_stopping_patience
+            if patience is not None and run.evals_since_best >= patience:
+                return f"early stopping: no better held-out {job.metric} in {patience} evals", False
+        # a resumable last/ now and then (the end of the run writes one anyway)
+        run.train_time = loop.elapsed()
+        every = plan.checkpoint_interval
+        if every and run.step % every == 0 and not loop.at_end():
+            loop.timed(lambda: loop.save("last"))
+
+
+class _Loop:
+    """The state the stages of `fit` share: the job, the plan, the run, and the current logging window."""
+
+    def __init__(self, job: Job, plan: Plan, run: RunState, log: RunLog):
+        self.job, self.plan, self.run, self.log = job, plan, run, log
+        self.signals = SignalRecorder()
+        self.data_state = job.data_state
+        self.sums: dict[str, torch.Tensor] = {}
+        self.window_steps, self.window_tokens = 0, 0
+        self.start, self.start_step, self.time_before = time.perf_counter(), run.step, run.train_time
+        self.window_start = self.start
+        self.last_metrics: dict[str, float] | None = None
+
+    def elapsed(self) -> float:
+        return self.time_before + time.perf_counter() - self.start
+
+    def clock(self) -> tuple[float, bool]:
+        """(seconds of training so far, whether to stop for a signal), agreed by every rank."""
+        elapsed, signalled = self.elapsed(), bool(self.signals.received)
+        if self.job.ctx.enabled:  # clocks and signals differ between processes
+            elapsed, agreed = self.job.ctx.agree_max([elapsed, float(signalled)])
+            signalled = agreed > 0
+        return elapsed, signalled
+
+    def stop_reason(self, elapsed: float, signalled: bool) -> str | None:
+        plan, step = self.plan, self.run.step
+        if plan.total_steps is not None and step >= plan.total_steps:
+            return "finished"
+        if plan.time_budget is not None and elapsed >= plan.time_budget:
+            return "finished"
+        if plan.stop_after is not None and step >= plan.stop_after:
+            return "stopped after --stop-after"
+        if signalled:
+            received = self.signals.received
+            return f"interrupted by signal {received[0] if received else 'on another rank'}"
+        return None
+
+    def at_end(self) -> bool:
+        """Whether this step ends the run (by its step count or --stop-after): it is always logged."""
+        step, plan = self.run.step, self.plan
+        return (plan.total_steps is not None and step >= plan.total_steps) or step == plan.stop_after
+
+    def timed(self, stage: Callable[[], Any]) -> None:
+        """Run an evaluation or a save without counting its time in the tokens/s of the logging window."""
+        begin = time.perf_counter()
+        stage()
+        self.window_start += time.perf_counter() - begin
+
+    def train_step(self) -> None:
+        """Forward and backward over grad_accum_steps micro-batches (DDP all-reduces on the last only),
+        then clip the gradient norm, step the optimizer and clear the gradients."""
+        job, accum = self.job, self.plan.grad_accum_steps
+        for micro in range(accum):
+            batch, self.data_state = job.feeder.next()
+            self.window_tokens += _real_tokens(batch)
+            batch = {k: v.to(job.device, non_blocking=True) for k, v in batch.items()}
+            last_micro = micro == accum - 1
+            sync = job.train_model.no_sync() if job.ctx.enabled and not last_micro else nullcontext()
+            with sync:
+                with autocast(job.device, job.amp_dtype):
+                    losses = job.loss(job.train_model, batch)
+                # DDP averages gradients over ranks and each rank's loss is its share of the global batch's
+                (losses["loss"] * job.ctx.world_size / accum).backward()
+            for name, value in losses.items():
+                self.sums[name] = self.sums.get(name, 0.0) + value.detach() / accum
+        if self.plan.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(job.model.parameters(), self.plan.grad_clip)
+        job.optimizer.step()
+        job.optimizer.zero_grad(set_to_none=True)
+        self.window_steps += 1
+
+    def log_window(self, lr: float) -> None:
+        """Record the mean losses and the speed of the steps since the last log line."""
+        names = list(self.sums)
+        totals = torch.stack([self.sums[n] for n in names])
+        tokens = self.window_tokens
+        if self.job.ctx.enabled:  # the global batch's loss is the sum of the ranks' parts
+            both = torch.cat([totals.double(), torch.tensor([float(tokens)], device=totals.device).double()])
+            both = self.job.ctx.all_reduce_sum(both)
+            totals, tokens = both[:-1], int(both[-1].item())
+        means = {n: t / self.window_steps for n, t in zip(names, totals.tolist(), strict=True)}
+        if not math.isfinite(means["loss"]):
+            raise self.diverged(f"loss {means['loss']}")
+        now = time.perf_counter()
+        tokens_per_s = tokens / max(now - self.window_start, 1e-9)
+        self.run.tokens_seen += tokens
+        self.log.record(
+            {"split": "train", "step": self.run.step, **means, "lr": lr, "tokens_per_s": tokens_per_s}
+        )
+        if self.plan.total_steps:  # seconds per step so far in this session, times the steps left
+            steps_done = max(self.run.step - self.start_step, 1)
+            eta = (now - self.start) / steps_done * (self.plan.total_steps - self.run.step)
+        else:
+            eta = max(self.plan.time_budget - (self.time_before + now - self.start), 0.0)
+        self.log.progress(self.run.step, self.plan.total_steps, means["loss"], tokens_per_s, eta)
+        self.sums, self.window_steps, self.window_tokens, self.window_start = {}, 0, 0, time.perf_counter()
+
+    def evaluate(self) -> dict[str, float]:
+        """Held-out metrics now; a new best is saved as best/."""
+        job, run = self.job, self.run
+        if not all_finite(job.model):
+            raise self.diverged("non-finite weights")
+        metrics = job.ctx.on_main(job.evaluate)
+        value = metrics[job.metric]
+        if not math.isfinite(value):
+            raise self.diverged(f"held-out {job.metric} {value}")
+        self.log.record({"split": job.eval_split, "step": run.step, **metrics})
+        run.history.append({"step": run.step, **metrics})
+        self.log.say(
+            f"{job.eval_split} step {run.step}: " + "  ".join(f"{k} {_fmt(v)}" for k, v in metrics.items())
+        )
+        better = run.best_value is None or (
+            value > run.best_value if job.higher_is_better else value < run.best_value
+        )
+        if better:
+            run.best_value, run.best_step, run.evals_since_best = value, run.step, 0
+            self.save("best")
+        else:
+            run.evals_since_best += 1
+        self.last_metrics = metrics
+        return metrics
+
+    def save(self, name: str) -> None:
+        """Checkpoint `name` with (for a resumable plan) everything a resume needs; never a diverged model."""
+        job = self.job
+        if not all_finite(job.model):  # never let a diverged model overwrite a good checkpoint
+            raise self.diverged("non-finite weights")
+        state = None
+        if self.plan.resumable:
+            rng_states = job.ctx.gather(rng_state(job.device))  # every rank's, for an exact resume
+            state = trainer_state(job.optimizer, self.data_state, self.run, rng_states)
+        path = job.save(name, self.run, state) if job.ctx.is_main else Path(name)
+        job.ctx.barrier()
+        if name == "last" or not self.plan.resumable:  # what a divergence message can point to
+            job.saved = (path, self.run.step)
+
+    def diverged(self, what: str) -> NanobertError:
+        saved = self.job.saved
+        kept = (
+            f"the last good checkpoint ({saved[0]}, step {saved[1]}) is kept"
+            if saved is not None
+            else "no checkpoint had been written yet"
+        )
+        return NanobertError(
+            f"training diverged at step {self.run.step} ({what}); stopped without saving, so {kept}; "
+            f"{self.job.divergence_hint}"
+        )
+
+    def finish(self, reason: str, signalled: bool) -> Outcome:
+        """The end of the run: the last log window counted, a final evaluation if the last step had none,
+        and (resumable plans) last/ saved, first of all when a signal asked to stop."""
+        run = self.run
+        run.train_time = self.elapsed()
+        run.tokens_seen += self.window_tokens
+        if signalled and self.plan.resumable:  # secure the work first: a preempted job may be killed soon
+            self.save("last")
+        if self.last_metrics is None or run.history[-1]["step"] != run.step:
+            self.evaluate()
+        if self.plan.resumable:
+            self.save("last")
+        return Outcome(reason, self.last_metrics, signalled, self.data_state)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Small pieces: tokens in a batch, finite weights, RNG and trainer state
+
+
+def _fmt(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:.4f}"
+
+
+def _real_tokens(batch: dict[str, torch.Tensor]) -> int:
+    """Non-padding tokens of a host batch; none for a data-parallel placeholder (`streams.shard_batch`)."""
+    share = batch.get("loss_share")
+    if share is not None and float(share[1]) == 0:
+        return 0
+    mask, ids = batch.get("attention_mask"), batch.get("input_ids")
+    return int(mask.sum()) if mask is not None else ids.numel() if ids is not None else 0
+
+
+def all_finite(model: nn.Module) -> bool:
+    """Whether every weight is finite (one host sync, done only before evaluating or saving)."""
+    return bool(torch.stack([p.detach().isfinite().all() for p in model.parameters()]).all())
+
+
+def rng_state(device: torch.device) -> dict[str, Any]:
+    """This process's torch RNG states (dropout draws from them)."""
+    state = {"torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def trainer_state(optimizer, data_state: dict, run: RunState, rng_states: list[dict[str, Any]]) -> dict:
+    """What a resume needs besides the weights; `rng_states` holds one entry per rank."""
+    state = {
+        "optimizer": optimizer.state_dict(),
+        "data": data_state,
+        "run": dataclasses.asdict(run),  # plain numbers and dicts: loadable with weights_only=True
+        "rng": {**rng_states[0], "python": list(random.getstate()[1])},
+    }
+    if len(rng_states) > 1:
+        state["rng"]["ranks"] = rng_states
+    return state
+
+
+def restore_rng(state: dict, ctx: Distributed, device: torch.device, seed: int, step: int) -> None:
+    """Each rank's RNG states from a checkpoint; a rank the checkpoint did not have gets a fresh stream."""
+    ranks = state.get("ranks")
+    mine = ranks[ctx.rank] if ranks and len(ranks) == ctx.world_size else state
+    torch.set_rng_state(mine["torch"])
+    random.setstate((3, tuple(state["python"]), None))
+    if device.type == "cuda" and "cuda" in mine:
+        torch.cuda.set_rng_state(mine["cuda"], device)
+    if mine is state and ctx.rank > 0:  # resumed on more processes than saved: distinct dropout per rank
+        torch.manual_seed(seed + 7919 * ctx.rank + step)
+
+
+def run_summary(run: RunState, outcome: Outcome, wall_start: float, model: nn.Module, hardware: dict) -> dict:
+    """The part of summary.json every job shares: final and best held-out metrics, steps, time, speed."""
+    return {
+        "final": {"step": run.step, **outcome.final},
+        "best": run.best(),
+        "stop_reason": outcome.stop_reason,
+        "steps": run.step,
+        "train_time_s": round(run.train_time, 2),
+        "wall_time_s": round(time.perf_counter() - wall_start, 2),
+        "tokens_seen": run.tokens_seen,
+        "tokens_per_s": run.tokens_seen / max(run.train_time, 1e-9),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "hardware": hardware,
+    }
+
+
+__all__ = [
+    "Job",
+    "Outcome",
+    "Plan",
+    "RunState",
+    "SignalRecorder",
+    "all_finite",
+    "fit",
+    "restore_rng",
+    "rng_state",
+    "run_summary",
+    "trainer_state",
+]

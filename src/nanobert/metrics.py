@@ -1,0 +1,100 @@
+"""Metrics of fine-tuned models, in NumPy: accuracy, macro-F1 and Matthews correlation for classification,
+Pearson and Spearman for regression.
+
+Each function takes 1-D arrays of equal length. Macro-F1 counts the classes that occur (as scikit-learn
+does); the Matthews correlation is Gorodkin's multi-class R_K, the usual MCC for two classes; Spearman
+averages the ranks of ties (scipy's `rankdata(method="average")`). tests/test_metrics.py checks them against
+hand-worked cases and against scipy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    return float(np.mean(np.asarray(y_true) == np.asarray(y_pred)))
+
+
+def confusion_matrix(y_true: np.ndarray, y_pred: np.ndarray, num_classes: int | None = None) -> np.ndarray:
+    """C[i, j] = how many examples of true class i were predicted as j (classes are 0..K-1)."""
+    y_true, y_pred = np.asarray(y_true, dtype=np.int64), np.asarray(y_pred, dtype=np.int64)
+    k = num_classes or int(max(y_true.max(initial=-1), y_pred.max(initial=-1)) + 1)
+    return np.bincount(y_true * k + y_pred, minlength=k * k).reshape(k, k)
+
+
+def macro_f1(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """Unweighted mean of per-class F1 over the classes that occur in y_true or y_pred (as scikit-learn).
+
+    A class with no true and no predicted example does not count; one with no true positive scores 0.
+    """
+    c = confusion_matrix(y_true, y_pred)
+    tp = np.diag(c).astype(np.float64)
+    support, predicted = c.sum(axis=1), c.sum(axis=0)
+    present = (support + predicted) > 0
+    f1 = np.divide(2 * tp, support + predicted, out=np.zeros_like(tp), where=present)  # 2TP / (2TP+FP+FN)
+    return float(f1[present].mean()) if present.any() else 0.0
+
+
+def matthews_corrcoef(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """Matthews correlation for K classes (Gorodkin 2004, R_K); the usual MCC when K = 2.
+
+    R_K = (c s - sum_k p_k t_k) / sqrt((s^2 - sum_k p_k^2)(s^2 - sum_k t_k^2)), with c correct predictions,
+    s examples, t_k true and p_k predicted counts of class k. 0 when either side is a single class.
+    """
+    cm = confusion_matrix(y_true, y_pred).astype(np.float64)
+    t, p = cm.sum(axis=1), cm.sum(axis=0)
+    c, s = np.trace(cm), cm.sum()
+    denom = math.sqrt((s * s - p @ p) * (s * s - t @ t))
+    return float((c * s - t @ p) / denom) if denom > 0 else 0.0
+
+
+def pearson(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson correlation; 0 when either side is constant (no linear relation can be measured)."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    x, y = x - x.mean(), y - y.mean()
+    denom = math.sqrt(float(x @ x) * float(y @ y))
+    return float(x @ y / denom) if denom > 0 else 0.0
+
+
+def average_ranks(x: np.ndarray) -> np.ndarray:
+    """1-based ranks, tied values sharing the mean of the ranks they span (scipy's rankdata 'average')."""
+    _, inverse, counts = np.unique(np.asarray(x), return_inverse=True, return_counts=True)
+    starts = np.cumsum(counts) - counts  # 0-based position where each distinct value's run begins
+    return (starts + (counts + 1) / 2.0)[inverse.reshape(-1)]
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman's rank correlation: Pearson of the tie-averaged ranks."""
+    return pearson(average_ranks(x), average_ranks(y))
+
+
+def compute_metrics(task: str, outputs: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """Dev/test metrics from model outputs (N, num_labels) and labels (N,): class ids or target scores."""
+    if task == "regression":
+        scores = outputs[:, 0]
+        return {
+            "pearson": pearson(scores, labels),
+            "spearman": spearman(scores, labels),
+            "mse": float(np.mean((scores - labels) ** 2)),
+        }
+    pred = outputs.argmax(axis=1)
+    return {
+        "accuracy": accuracy(labels, pred),
+        "macro_f1": macro_f1(labels, pred),
+        "mcc": matthews_corrcoef(labels, pred),
+    }
+
+
+__all__ = [
+    "accuracy",
+    "average_ranks",
+    "compute_metrics",
+    "confusion_matrix",
+    "macro_f1",
+    "matthews_corrcoef",
+    "pearson",
+    "spearman",
+]

@@ -1,0 +1,93 @@
+"""The optimizer every job uses: AdamW over parameter groups, and the learning-rate schedule.
+
+Weight decay goes on matrices and embeddings only, never on biases and LayerNorm parameters (BERT's
+`AdamWeightDecayOptimizer` excludes them by name; here they are the 1-D parameters). Layer-wise
+learning-rate decay (ELECTRA, Clark et al. 2020, appendix) optionally scales each group's rate by its depth
+below the top of the encoder. The schedule is linear warmup then linear decay, as in BERT, as a pure
+function of the fraction of the run done.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def lr_multiplier(progress: float, warmup_ratio: float, min_lr_ratio: float = 0.0) -> float:
+    """Linear warmup to 1 over the first `warmup_ratio` of training, then linear decay to `min_lr_ratio`.
+
+    `progress` is the fraction of the run done: steps over planned steps, or seconds over the time budget,
+    which is how the schedule adapts when a time budget sets the length.
+    """
+    progress = min(max(progress, 0.0), 1.0)
+    if warmup_ratio > 0 and progress < warmup_ratio:
+        return progress / warmup_ratio
+    decay = (1.0 - progress) / max(1.0 - warmup_ratio, 1e-12)
+    return min_lr_ratio + (1.0 - min_lr_ratio) * decay
+
+
+def _depth_below_top(name: str, num_layers: int) -> int:
+    """How many encoder layers lie between a parameter and the top: 0 for heads, the pooler and a final
+    LayerNorm, 1 for the last layer, ..., num_layers + 1 for the embeddings."""
+    if name.startswith("bert.embeddings."):
+        return num_layers + 1
+    if name.startswith("bert.layers."):
+        return num_layers - int(name.split(".")[2])
+    return 0
+
+
+def parameter_groups(model: nn.Module, weight_decay: float, layer_lr_decay: float = 1.0) -> list[dict]:
+    """AdamW groups, each with an `lr_scale` that multiplies the scheduled learning rate.
+
+    Weight decay on parameters with two or more dimensions, none on biases and LayerNorm weights. With
+    `layer_lr_decay` below 1, the group of a parameter k layers below the top (`_depth_below_top`) trains at
+    `layer_lr_decay ** k` of the rate; with 1 there are just the two groups, decay and no decay.
+    """
+    num_layers = getattr(getattr(model, "config", None), "num_hidden_layers", 0)
+    groups: dict[tuple[int, bool], dict] = {}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        decays = p.ndim >= 2  # biases and LayerNorm parameters are 1-D
+        depth = _depth_below_top(name, num_layers) if layer_lr_decay != 1.0 else 0
+        group = groups.setdefault(
+            (depth, decays),
+            {
+                "params": [],
+                "weight_decay": weight_decay if decays else 0.0,
+                "lr_scale": layer_lr_decay**depth,
+            },
+        )
+        group["params"].append(p)
+    if layer_lr_decay == 1.0:  # decay first, as checkpoints of earlier versions stored them
+        return [g for key in ((0, True), (0, False)) if (g := groups.get(key)) is not None]
+    return list(groups.values())
+
+
+def build_optimizer(
+    model: nn.Module,
+    learning_rate: float,
+    weight_decay: float,
+    *,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-6,
+    layer_lr_decay: float = 1.0,
+    device: torch.device | None = None,
+) -> torch.optim.AdamW:
+    """AdamW over `parameter_groups`; the fused CUDA kernel on a GPU."""
+    return torch.optim.AdamW(
+        parameter_groups(model, weight_decay, layer_lr_decay),
+        lr=learning_rate,
+        betas=betas,
+        eps=eps,
+        fused=device is not None and device.type == "cuda",
+    )
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """The scheduled rate `lr` into every group, times the group's `lr_scale`."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group.get("lr_scale", 1.0)
+
+
+__all__ = ["build_optimizer", "lr_multiplier", "parameter_groups", "set_learning_rate"]

@@ -1,0 +1,132 @@
+"""What a run writes besides checkpoints: metrics.jsonl, progress on stderr, summary.json, and the guard that
+keeps two runs out of one output directory.
+
+Every job (pretraining, fine-tuning) logs through `RunLog` and checks its `--out` with `prepare_out_dir`, so
+they share one file format (one JSON object per line with a `split` and a `step`) and one rule for reusing a
+directory: never mix two runs, never delete anything before that check.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from nanobert.errors import NanobertError
+
+METRICS_NAME = "metrics.jsonl"
+SUMMARY_NAME = "summary.json"
+CURVES_NAME = "curves.png"
+RUN_ARTEFACTS = (METRICS_NAME, SUMMARY_NAME, "best", "last")  # what marks a directory as holding a run
+
+
+def prepare_out_dir(out_dir: Path, overwrite: bool, *, resumable: bool = True, create: bool = True) -> None:
+    """Refuse to mix two runs in one directory unless asked; never delete anything before that check.
+
+    With `overwrite`, the old run's logs go (its checkpoints are replaced atomically when the new run saves).
+    `create=False` only checks (a job checks before loading its data, and creates once the data loaded; the
+    other ranks of a data-parallel run only check). `resumable` adds "--resume" to the advice.
+    """
+    if any((out_dir / name).exists() for name in RUN_ARTEFACTS):
+        if not overwrite:
+            resume = f"--resume {out_dir}/last to continue it, " if resumable else ""
+            raise NanobertError(
+                f"{out_dir} already holds a run; pass --overwrite to replace it, {resume}"
+                "or choose another --out"
+            )
+        if create:
+            for name in (METRICS_NAME, SUMMARY_NAME, CURVES_NAME):
+                (out_dir / name).unlink(missing_ok=True)
+    if create:
+        out_dir.mkdir(parents=True, exist_ok=True)
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl file (none if it does not exist)."""
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def write_summary(out_dir: Path, summary: dict[str, Any]) -> Path:
+    path = out_dir / SUMMARY_NAME
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    return path
+
+
+class RunLog:
+    """metrics.jsonl plus human-readable progress on stderr (a tqdm bar on a terminal, plain lines otherwise).
+
+    Progress goes to stderr so that stdout carries only the command's result (JSON). With `write=False` (the
+    other ranks of a data-parallel run) nothing is written at all.
+    """
+
+    def __init__(
+        self, out_dir: Path, total_steps: int | None, start_step: int, quiet: bool = False, write: bool = True
+    ):
+        self.path = out_dir / METRICS_NAME
+        self.quiet, self.write = quiet or not write, write
+        self.bar = None
+        if not quiet and sys.stderr.isatty():
+            self.bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True)
+
+    def continue_from(self, step: int, earlier: Path | None = None) -> None:
+        """Keep the records up to `step` (a resumed run rewrites the later ones). `earlier` is the
+        metrics.jsonl of the run being resumed when it lives in another directory: its records up to `step`
+        are copied here first, so the new directory holds the whole run."""
+        if not self.write:
+            return
+        source = earlier if earlier is not None and earlier.resolve() != self.path.resolve() else self.path
+        kept = [r for r in read_records(source) if r["step"] <= step]
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+
+    def record(self, entry: dict[str, Any]) -> None:
+        if not self.write:
+            return
+        with open(self.path, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    def say(self, text: str) -> None:
+        if self.quiet:
+            return
+        if self.bar is not None:
+            self.bar.write(text)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def progress(self, step: int, total: int | None, loss: float, tokens_per_s: float, eta_s: float | None):
+        if self.quiet:
+            return
+        if self.bar is not None:
+            if total is not None and self.bar.total != total:
+                self.bar.total = total
+            self.bar.n = step
+            self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_s:,.0f}")
+            self.bar.refresh()
+        else:
+            eta = f"{eta_s:5.0f}s" if eta_s is not None else "    ?"
+            of = f"/{total}" if total else ""
+            print(
+                f"step {step}{of}  loss {loss:.4f}  tokens/s {tokens_per_s:,.0f}  eta {eta}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+__all__ = [
+    "CURVES_NAME",
+    "METRICS_NAME",
+    "RUN_ARTEFACTS",
+    "SUMMARY_NAME",
+    "RunLog",
+    "prepare_out_dir",
+    "read_records",
+    "write_summary",
+]

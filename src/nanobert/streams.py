@@ -1,0 +1,229 @@
+"""Pretraining batches as a stream: epoch after epoch of fresh NSP instances, masked, ready for the device.
+
+`BatchStream` walks a source of instance batches (an in-memory tokenized corpus, `CorpusInstances`, or a
+prepared corpus read a window at a time, `prepare.WindowedInstances`), masks each batch with the collator and
+adds the layout the model's last-layer pruning needs. Its position plus the collator's generator is all a
+resume needs. Under data parallelism every rank walks the same global batches and keeps its share
+(`shard_batch`). `Prefetcher` prepares batches on a thread while a GPU computes; `Synchronous` is the same
+interface for the CPU, where a thread would only compete for the same cores.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any
+
+import torch
+
+from nanobert.config import TrainConfig
+from nanobert.pretraining_data import (
+    IGNORE_INDEX,
+    Instance,
+    MaskingCollator,
+    batches,
+    create_instances,
+    query_layout,
+)
+
+MLM_POSITIONS_MULTIPLE = 64  # masked-position count padded to this, so compiled shapes stay few
+QUERY_WIDTH_MULTIPLE = 8  # the last layer's queries per row, likewise ([CLS] + ~15% of 128 = ~20)
+
+
+class CorpusInstances:
+    """A tokenized corpus held in memory; each epoch is one window holding all of it.
+
+    The in-memory twin of `prepare.WindowedInstances` (same interface), for corpora that fit in RAM.
+    """
+
+    def __init__(self, tokenized: list[list[list[int]]], cfg: TrainConfig):
+        self.tokenized, self.cfg = tokenized, cfg
+
+    def num_windows(self, epoch: int) -> int:
+        return 1
+
+    def window_fraction(self, epoch: int, window: int) -> float:
+        return 1.0
+
+    def batches(self, epoch: int, window: int) -> list[list[Instance]]:
+        cfg = self.cfg
+        instances = [
+            inst
+            for dupe in range(cfg.dupe_factor)  # each set pairs and splits the documents afresh
+            for inst in create_instances(
+                self.tokenized,
+                cfg.max_seq_len,
+                seed=cfg.seed,
+                epoch=epoch * cfg.dupe_factor + dupe,
+                short_seq_prob=cfg.short_seq_prob,
+            )
+        ]
+        return batches(instances, cfg.batch_size, seed=cfg.seed, epoch=epoch, bucket=cfg.bucket_by_length)
+
+
+def shard_batch(batch: dict[str, torch.Tensor], rank: int, world_size: int) -> dict[str, torch.Tensor]:
+    """This rank's rows of a collated global batch, plus `loss_share` (2,): its share of the global loss.
+
+    Rank r takes rows r, r + world_size, ... (strided, so length-bucketed rows spread evenly).
+    `loss_share` is (this rank's masked tokens / the batch's, its rows / the batch's): the rank's mean MLM and
+    NSP losses times these shares sum over ranks to the global batch's means, so with the sum scaled by
+    world_size, DDP's averaged gradient is the global batch's gradient. A rank left without rows (a final
+    batch smaller than the world) trains on row 0 with share 0, so it still joins the gradient all-reduce.
+    A single process gets the whole batch with shares (1, 1).
+    """
+    if world_size == 1:
+        batch["loss_share"] = torch.ones(2)
+        return batch
+    rows = batch["input_ids"].shape[0]
+    mine = torch.arange(rows)[rank::world_size]
+    masked = batch["labels"] != IGNORE_INDEX
+    if len(mine) == 0:
+        mine, share = torch.zeros(1, dtype=torch.long), torch.zeros(2)
+    else:
+        mlm_share = int(masked[mine].sum()) / max(int(masked.sum()), 1)
+        share = torch.tensor([mlm_share, len(mine) / rows])
+    out = {k: v.index_select(0, mine) for k, v in batch.items()}
+    out["loss_share"] = share
+    return out
+
+
+class BatchStream:
+    """Endless pre-collated training batches: epoch after epoch of fresh NSP instances and masks.
+
+    `source` is a tokenized corpus (a list, see `CorpusInstances`) or a `WindowedInstances` over a prepared
+    corpus; an epoch is its windows in turn. With `world_size > 1` every rank walks the same global batches
+    and keeps its share (`shard_batch`). Its position (epoch, window, index) plus the collator's generator
+    state is all a resume needs.
+    """
+
+    def __init__(
+        self,
+        source: list[list[list[int]]] | Any,
+        cfg: TrainConfig,
+        collator: MaskingCollator,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
+        self.source = CorpusInstances(source, cfg) if isinstance(source, list) else source
+        self.cfg, self.collator, self.rank, self.world_size = cfg, collator, rank, world_size
+        self.epoch, self.window, self.index = 0, 0, 0
+        self._batches: list | None = None
+
+    def _load(self) -> list:
+        if self._batches is None:
+            self._batches = self.source.batches(self.epoch, self.window)
+        return self._batches
+
+    def batches_per_epoch(self) -> int:
+        """Exact for an in-memory corpus; for a prepared one, estimated from the current window's share."""
+        n = len(self._load())
+        return max(1, round(n / self.source.window_fraction(self.epoch, self.window)))
+
+    def epochs_done(self, state: dict[str, Any]) -> float:
+        """Epochs completed at data position `state` (windows counted as equal parts of an epoch)."""
+        windows = self.source.num_windows(state["epoch"])
+        within = state["index"] / max(len(self._load()), 1)
+        return state["epoch"] + (state.get("window", 0) + within) / windows
+
+    def next(self) -> dict[str, torch.Tensor]:
+        """The next batch, ready for the device: collated, masked, with the query layout computed here."""
+        while self.index >= len(self._load()):
+            self.window, self.index, self._batches = self.window + 1, 0, None
+            if self.window >= self.source.num_windows(self.epoch):
+                self.epoch, self.window = self.epoch + 1, 0
+        batch = self.collator(self._load()[self.index])
+        self.index += 1
+        batch = shard_batch(batch, self.rank, self.world_size)
+        # [CLS] and the masked positions, so the model's last layer computes only those (model.py).
+        batch["query_positions"], batch["mlm_positions"] = query_layout(
+            batch["labels"], MLM_POSITIONS_MULTIPLE, QUERY_WIDTH_MULTIPLE
+        )
+        if bool(batch["attention_mask"].all()):
+            # No padding: no mask, which lets SDPA use its fastest (flash) kernel. Decided here, on the host.
+            del batch["attention_mask"]
+        return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "window": self.window,
+            "index": self.index,
+            "collator": self.collator.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch, self.index = int(state["epoch"]), int(state["index"])
+        self.window = int(state.get("window", 0))  # checkpoints from before windows had one per epoch
+        self._batches = None
+        self.collator.load_state_dict(state["collator"])
+
+
+class Prefetcher:
+    """Prepares batches on a background thread (pinned, ready for non-blocking copies) while the GPU trains.
+
+    Each batch travels with the stream state *after* it, so a checkpoint records the data position of the
+    last batch actually trained on, not of the ones waiting in the queue; resume stays exact.
+    """
+
+    def __init__(self, stream: BatchStream, depth: int = 4, pin_memory: bool = True):
+        self.stream, self.pin_memory = stream, pin_memory
+        self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._work, daemon=True)
+        self.thread.start()
+
+    def _work(self) -> None:
+        try:
+            while not self.stop.is_set():
+                batch = self.stream.next()
+                if self.pin_memory:
+                    batch = {k: v.pin_memory() for k, v in batch.items()}
+                item = (batch, self.stream.state_dict())
+                while not self.stop.is_set():
+                    try:
+                        self.queue.put(item, timeout=0.1)
+                        break
+                    except queue.Full:  # check the stop flag and retry
+                        continue
+        except BaseException as e:  # surface data errors in the training thread
+            self.queue.put((e, None))
+
+    def next(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        batch, state = self.queue.get()
+        if isinstance(batch, BaseException):
+            raise batch
+        return batch, state
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+
+
+class Synchronous:
+    """The same interface as Prefetcher, preparing each batch when asked (CPU training: no idle device)."""
+
+    def __init__(self, stream: BatchStream):
+        self.stream = stream
+
+    def next(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        batch = self.stream.next()
+        return batch, self.stream.state_dict()
+
+    def close(self) -> None:
+        pass
+
+
+def feeder(stream: BatchStream, device: torch.device) -> Prefetcher | Synchronous:
+    """On a GPU the next batches are prepared on a thread while it computes; on the CPU that would only
+    compete for the same cores."""
+    return Prefetcher(stream) if device.type == "cuda" else Synchronous(stream)
+
+
+__all__ = [
+    "BatchStream",
+    "CorpusInstances",
+    "Prefetcher",
+    "Synchronous",
+    "feeder",
+    "shard_batch",
+]

@@ -1,0 +1,169 @@
+"""The shared training loop on a job small enough to reason about: a linear model fitting y = 3x.
+
+These pin the loop's contract for every job: the schedule reaches every group, micro-batches add up to the
+big batch, evaluations pick best/ in either direction, early stopping, divergence stops before saving, a
+signal ends the run with a resumable last/, and a time budget ends it on time.
+"""
+
+import json
+import math
+import os
+import signal
+
+import pytest
+import torch
+from torch import nn
+
+from nanobert.engine import Job, Plan, RunState, fit
+from nanobert.errors import NanobertError
+from nanobert.optim import build_optimizer, lr_multiplier
+from nanobert.run_log import RunLog, read_records
+
+
+class Feeder:
+    """Batches of x in [0, 1) with y = 3x; the position is the number of batches handed out."""
+
+    def __init__(self, batch_size: int = 4, seed: int = 0):
+        self.generator = torch.Generator().manual_seed(seed)
+        self.batch_size, self.index = batch_size, 0
+
+    def next(self):
+        x = torch.rand(self.batch_size, 1, generator=self.generator)
+        self.index += 1
+        return {"x": x, "y": 3 * x}, {"index": self.index}
+
+    def close(self):
+        pass
+
+
+def mse(model, batch):
+    return {"loss": ((model(batch["x"]) - batch["y"]) ** 2).mean()}
+
+
+def make_job(tmp_path, metric_values=None, higher_is_better=False, batch_size=4, loss=mse, lr=0.1):
+    torch.manual_seed(0)
+    model = nn.Linear(1, 1)
+    model.config = None  # optim reads config.num_hidden_layers when present
+    saves = []
+    values = iter(metric_values or [])
+
+    def evaluate():
+        x = torch.linspace(0, 1, 5)[:, None]
+        with torch.no_grad():
+            error = float(((model(x) - 3 * x) ** 2).mean())
+        return {"error": next(values, error)}
+
+    def save(name, run, state):
+        saves.append((name, run.step, state is not None))
+        return tmp_path / name
+
+    job = Job(
+        model=model,
+        train_model=model,
+        optimizer=build_optimizer(model, lr, 0.0),
+        feeder=Feeder(batch_size),
+        data_state={"index": 0},
+        loss=loss,
+        evaluate=evaluate,
+        save=save,
+        device=torch.device("cpu"),
+        metric="error",
+        higher_is_better=higher_is_better,
+    )
+    return job, saves
+
+
+def run_fit(tmp_path, job, **plan):
+    plan = Plan(**{"learning_rate": 0.1, "warmup_ratio": 0.0, "log_interval": 1, "eval_interval": 5, **plan})
+    run = RunState()
+    outcome = fit(job, plan, run, RunLog(tmp_path, plan.total_steps, 0, quiet=True))
+    return outcome, run, read_records(tmp_path / "metrics.jsonl")
+
+
+def test_the_loop_learns_logs_every_step_and_evaluates_on_schedule(tmp_path):
+    job, saves = make_job(tmp_path)
+    outcome, run, records = run_fit(tmp_path, job, total_steps=60, warmup_ratio=0.1, learning_rate=0.3)
+    train = [r for r in records if r["split"] == "train"]
+    assert [r["step"] for r in train] == list(range(1, 61))
+    assert [r["step"] for r in records if r["split"] == "valid"] == list(range(5, 61, 5))
+    assert train[-1]["loss"] < 0.05 * train[0]["loss"]  # it learned y = 3x
+    for r in train:  # the schedule of the plan, step by step
+        assert r["lr"] == pytest.approx(0.3 * lr_multiplier(r["step"] / 60, 0.1))
+    assert (
+        outcome.stop_reason == "finished"
+        and run.step == 60
+        and {"step": 60, **outcome.final} == run.history[-1]
+    )
+    assert outcome.data_state == {"index": 60}
+    assert saves[-1] == ("last", 60, True) and ("best", run.best_step, True) in saves
+
+
+def test_micro_batches_add_up_to_the_big_batch(tmp_path):
+    """Two micro-batches of 4 give the same update as one batch of 8 when the loss is a mean."""
+    results = []
+    for batch_size, accum in ((8, 1), (4, 2)):
+        job, _ = make_job(tmp_path / f"b{batch_size}", batch_size=batch_size)
+        (tmp_path / f"b{batch_size}").mkdir()
+        if accum == 2:  # the same 8 examples, handed out as two halves
+            big = Feeder(8)
+
+            def halves(big=big, pending=[]):  # noqa: B006 - state across calls
+                if not pending:
+                    batch, _ = big.next()
+                    pending.extend(
+                        [{k: v[:4] for k, v in batch.items()}, {k: v[4:] for k, v in batch.items()}]
+                    )
+                return pending.pop(0), {}
+
+            job.feeder.next = halves
+        run_fit(tmp_path / f"b{batch_size}", job, total_steps=5, grad_accum_steps=accum, eval_interval=100)
+        results.append(torch.cat([p.detach().flatten() for p in job.model.parameters()]))
+    assert torch.allclose(results[0], results[1], atol=1e-6)
+
+
+@pytest.mark.parametrize("higher_is_better, best_step", [(False, 10), (True, 15)])
+def test_best_follows_the_metric_in_its_direction(tmp_path, higher_is_better, best_step):
+    job, saves = make_job(tmp_path, [0.5, 0.2, 0.9, 0.3], higher_is_better)
+    _, run, _ = run_fit(tmp_path, job, total_steps=20)
+    assert run.best_step == best_step
+    assert [s for s in saves if s[0] == "best"][-1][1] == best_step
+
+
+def test_early_stopping_after_patience_evaluations_without_a_better_one(tmp_path):
+    job, _ = make_job(tmp_path, [0.5, 0.6, 0.7, 0.8, 0.1])
+    outcome, run, _ = run_fit(tmp_path, job, total_steps=100, early_stopping_patience=2)
+    assert run.step == 15 and outcome.stop_reason.startswith("early stopping")
+
+
+def test_a_non_finite_loss_stops_before_anything_is_saved(tmp_path):
+    def poisoned(model, batch):
+        loss = mse(model, batch)["loss"]
+        return {"loss": loss * float("nan") if job.feeder.index >= 7 else loss}
+
+    job, saves = make_job(tmp_path, loss=poisoned)
+    with pytest.raises(NanobertError, match=r"training diverged at step 7 \(loss nan\)"):
+        run_fit(tmp_path, job, total_steps=20, checkpoint_interval=5)
+    assert saves == [("best", 5, True), ("last", 5, True)]  # nothing after step 5
+
+
+def test_a_signal_ends_the_run_with_a_resumable_last(tmp_path):
+    def signalling(model, batch):
+        if job.feeder.index == 3:
+            os.kill(os.getpid(), signal.SIGTERM)  # recorded by the loop, acted on at the next step
+        return mse(model, batch)
+
+    job, saves = make_job(tmp_path, loss=signalling)
+    previous = signal.getsignal(signal.SIGTERM)
+    outcome, run, _ = run_fit(tmp_path, job, total_steps=50)
+    assert outcome.signalled and outcome.stop_reason == f"interrupted by signal {int(signal.SIGTERM)}"
+    assert run.step == 3 and saves[0] == ("last", 3, True)  # secured first, then the final evaluation
+    assert signal.getsignal(signal.SIGTERM) == previous  # the handler is put back
+
+
+def test_a_time_budget_ends_the_run_and_drives_the_schedule(tmp_path):
+    job, _ = make_job(tmp_path)
+    outcome, run, records = run_fit(tmp_path, job, time_budget=0.3, eval_interval=10**9)
+    assert 0.3 <= run.train_time < 3 and run.step > 0
+    lrs = [r["lr"] for r in records if r["split"] == "train"]
+    assert lrs == sorted(lrs, reverse=True) and math.isclose(lrs[0], 0.1, rel_tol=0.2)
+    assert json.dumps(outcome.final)  # evaluated once at the end

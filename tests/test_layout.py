@@ -1,0 +1,124 @@
+"""The house rules of src/nanobert, checked: floors, late imports, sizes.
+
+Every module sits on a floor and imports only from floors below it (imports inside functions count too), so
+there is no import circle and a newcomer knows where a change belongs (README, "How the code is laid out").
+Imports inside functions are for optional third-party packages only, and for the CLI's start-up speed.
+No function is longer than ~80 lines, no CLI command longer than ~30, and the two jobs stay well under 500.
+"""
+
+import ast
+from pathlib import Path
+
+import nanobert
+
+SRC = Path(nanobert.__file__).parent
+
+FLOORS = {
+    "errors": 0,  # the one user-facing exception
+    # 1: leaves that know nothing of the model
+    "config": 1,
+    "device": 1,
+    "run_log": 1,
+    "plots": 1,
+    "distributed": 1,
+    "tabular": 1,
+    "metrics": 1,
+    "optim": 1,
+    "reference": 1,
+    "tokenizer": 1,
+    "corpus": 1,
+    "model": 2,  # the one model file
+    # 3: data and checkpoints built on the model's conventions
+    "pretraining_data": 3,
+    "finetune_data": 3,
+    "checkpoint": 3,
+    "explain": 3,
+    # 4: streams of batches, prepared corpora, the training loop
+    "prepare": 4,
+    "streams": 4,
+    "engine": 4,
+    # 5-6: where the data comes from; using, evaluating and exporting checkpoints
+    "sources": 5,
+    "inference": 5,
+    "hf_export": 5,
+    "evaluate": 6,
+    # 7: the jobs
+    "train": 7,
+    "finetune": 7,
+    "cli": 8,  # the command line on top
+    "__main__": 9,
+    "__init__": 9,  # lazy re-exports (importlib), imported by nobody inside the package
+}
+OPTIONAL = {"datasets", "transformers", "matplotlib"}  # may be imported inside the function that needs them
+LATE_NANOBERT_OK = {"cli"}  # the CLI imports its commands' modules when they run, for start-up speed
+
+
+def modules() -> dict[str, ast.Module]:
+    return {p.stem: ast.parse(p.read_text()) for p in sorted(SRC.glob("*.py"))}
+
+
+def imports(tree: ast.Module) -> list[tuple[str, bool, int]]:
+    """(imported top-level name or nanobert module, inside a function?, line) for every import."""
+    out = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            if isinstance(child, ast.ImportFrom) and child.module:
+                parts = child.module.split(".")
+                name = parts[1] if parts[0] == "nanobert" and len(parts) > 1 else parts[0]
+                out.append(
+                    (f"nanobert.{name}" if parts[0] == "nanobert" else name, in_function, child.lineno)
+                )
+            elif isinstance(child, ast.Import):
+                for alias in child.names:
+                    parts = alias.name.split(".")
+                    name = f"nanobert.{parts[1]}" if parts[0] == "nanobert" and len(parts) > 1 else parts[0]
+                    out.append((name, in_function, child.lineno))
+            visit(child, inner)
+
+    visit(tree, False)
+    return out
+
+
+def test_every_module_has_a_floor():
+    assert set(modules()) == set(FLOORS), "add the new module to FLOORS (and to the README's layout)"
+
+
+def test_modules_import_only_from_lower_floors():
+    upward = []
+    for name, tree in modules().items():
+        for target, _, line in imports(tree):
+            if target.startswith("nanobert."):
+                dep = target.split(".")[1]
+                if FLOORS[dep] >= FLOORS[name]:
+                    upward.append(f"{name}.py:{line} imports {dep} (floor {FLOORS[dep]} >= {FLOORS[name]})")
+    assert not upward, "\n".join(upward)
+
+
+def test_imports_inside_functions_are_optional_packages_or_the_cli():
+    late = []
+    for name, tree in modules().items():
+        for target, in_function, line in imports(tree):
+            if not in_function:
+                continue
+            if target.startswith("nanobert.") and name in LATE_NANOBERT_OK:
+                continue
+            if target in OPTIONAL or (name in LATE_NANOBERT_OK and target in {"dataclasses"}):
+                continue
+            late.append(f"{name}.py:{line} imports {target} inside a function")
+    assert not late, "\n".join(late)
+
+
+def test_sizes_a_newcomer_can_hold():
+    too_long = []
+    for name, tree in modules().items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = node.end_lineno - node.lineno + 1
+                limit = 30 if name == "cli" and node.name.startswith("_cmd_") else 80
+                if length > limit:
+                    too_long.append(f"{name}.py:{node.name} has {length} lines (limit {limit})")
+    assert not too_long, "\n".join(too_long)
+    for job in ("train", "finetune"):
+        assert len((SRC / f"{job}.py").read_text().splitlines()) < 500, job

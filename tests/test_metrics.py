@@ -1,0 +1,55 @@
+"""Fine-tuning metrics against hand-worked cases and against scipy."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nanobert.metrics import accuracy as accuracy_score
+from nanobert.metrics import average_ranks, compute_metrics, macro_f1, matthews_corrcoef, pearson, spearman
+
+
+def test_classification_metrics_by_hand():
+    assert accuracy_score([0, 1, 1, 0], [0, 1, 0, 0]) == 0.75
+    # F1 per class: 0 -> 2*1/(2+2) = 0.5, 1 -> 2*2/(2+3) = 0.8, 2 -> 0 (no true positive); mean 1.3/3.
+    y_true, y_pred = [0, 0, 1, 1, 2], [0, 1, 1, 1, 0]
+    assert macro_f1(y_true, y_pred) == pytest.approx(1.3 / 3)
+    # Gorodkin: t = (2, 2, 1), p = (2, 3, 0), c = 3, s = 5 -> (15 - 10) / sqrt((25 - 13) (25 - 9)).
+    assert matthews_corrcoef(y_true, y_pred) == pytest.approx(5 / np.sqrt(192))
+    # Binary: TP 2, FN 1, TN 3, FP 1 -> (2*3 - 1*1) / sqrt(3 * 3 * 4 * 4) = 5/12.
+    assert matthews_corrcoef([1, 1, 1, 0, 0, 0, 0], [1, 1, 0, 0, 0, 1, 0]) == pytest.approx(5 / 12)
+    assert matthews_corrcoef([0, 1, 0, 1], [1, 1, 1, 1]) == 0.0  # one predicted class: undefined -> 0
+    assert matthews_corrcoef([0, 1, 2], [0, 1, 2]) == pytest.approx(1.0)
+    assert macro_f1([0, 1, 2], [0, 1, 2]) == 1.0
+
+
+def test_regression_metrics_by_hand():
+    assert pearson([1, 2, 3], [1, 3, 2]) == pytest.approx(0.5)
+    assert pearson([1, 1, 1], [1, 2, 3]) == 0.0
+    assert list(average_ranks([10, 20, 20, 5])) == [2.0, 3.5, 3.5, 1.0]
+    # ranks (1, 2.5, 2.5, 4) and (1, 3, 2, 4): 4.5 / sqrt(4.5 * 5)
+    assert spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(4.5 / np.sqrt(22.5))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.floats(-5, 5)), min_size=3, max_size=30))
+def test_metrics_match_scipy(pairs):
+    stats = pytest.importorskip("scipy.stats")
+    x = np.array([p[0] for p in pairs], dtype=float)
+    y = np.array([p[1] for p in pairs])
+    assert np.allclose(average_ranks(x), stats.rankdata(x))
+    if np.ptp(x) > 0 and np.ptp(y) > 1e-9 and np.ptp(stats.rankdata(y)) > 0:
+        assert spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic, abs=1e-9)
+        assert pearson(x, y) == pytest.approx(stats.pearsonr(x, y).statistic, abs=1e-9)
+    assert spearman(x, np.exp(x)) == pytest.approx(1.0 if np.ptp(x) > 0 else 0.0)  # rank-invariant
+
+
+def test_compute_metrics_reads_logits_or_scores():
+    logits = np.array([[2.0, 1.0], [0.0, 3.0], [1.0, 0.5]])  # predicts 0, 1, 0
+    assert compute_metrics("classification", logits, np.array([0, 1, 1])) == {
+        "accuracy": pytest.approx(2 / 3),
+        "macro_f1": pytest.approx(2 / 3),  # each class: TP 1 and one FP or FN -> 2 / (2 + 1)
+        "mcc": pytest.approx(0.5),  # TP 1, TN 1, FP 0, FN 1: (1 - 0) / sqrt(1 * 2 * 1 * 2)
+    }
+    scores = compute_metrics("regression", np.array([[1.0], [2.0], [3.0]]), np.array([1.0, 2.0, 4.0]))
+    assert scores["mse"] == pytest.approx(1 / 3) and scores["spearman"] == pytest.approx(1.0)

@@ -1,0 +1,49 @@
+"""metrics.jsonl, progress lines and the out-dir guard."""
+
+import json
+
+import pytest
+
+from nanobert.errors import NanobertError
+from nanobert.run_log import RunLog, prepare_out_dir, read_records, write_summary
+
+
+def test_the_guard_refuses_a_directory_that_holds_a_run(tmp_path):
+    out = tmp_path / "run"
+    prepare_out_dir(out, overwrite=False, create=False)
+    assert not out.exists()  # only checked
+    prepare_out_dir(out, overwrite=False)
+    assert out.is_dir()
+    (out / "metrics.jsonl").write_text("{}\n")
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(NanobertError, match="already holds a run.*--resume"):
+        prepare_out_dir(out, overwrite=False)
+    with pytest.raises(NanobertError) as error:
+        prepare_out_dir(out, overwrite=False, resumable=False)
+    assert "--resume" not in str(error.value)
+    prepare_out_dir(out, overwrite=True, create=False)
+    assert (out / "metrics.jsonl").exists()  # a check never deletes
+    prepare_out_dir(out, overwrite=True)
+    assert not (out / "metrics.jsonl").exists() and (out / "notes.txt").read_text() == "mine"
+
+
+def test_records_and_continuing_a_run(tmp_path, capsys):
+    log = RunLog(tmp_path, total_steps=4, start_step=0)
+    for step in (1, 2, 3, 4):
+        log.record({"split": "train", "step": step, "loss": 1.0 / step})
+    log.progress(4, 4, 0.25, 1000.0, 0.0)
+    log.say("hello")
+    err = capsys.readouterr().err
+    assert "step 4/4  loss 0.2500" in err and "hello" in err
+    log.continue_from(2)  # a resume at step 2 rewrites what came after it
+    assert [r["step"] for r in read_records(tmp_path / "metrics.jsonl")] == [1, 2]
+    other = tmp_path / "other"
+    other.mkdir()
+    moved = RunLog(other, None, 0, quiet=True)
+    moved.continue_from(1, earlier=tmp_path / "metrics.jsonl")  # resumed into a new directory
+    assert read_records(other / "metrics.jsonl") == [{"split": "train", "step": 1, "loss": 1.0}]
+    silent = RunLog(tmp_path / "rank1", None, 0, write=False)  # another rank of a DDP run
+    silent.record({"step": 1})
+    silent.say("nothing")
+    assert not (tmp_path / "rank1").exists() and capsys.readouterr().err == ""
+    assert json.loads(write_summary(tmp_path, {"a": 1}).read_text()) == {"a": 1}
