@@ -56,8 +56,9 @@ TINY_MODEL = dict(
 )
 
 
-def train_tiny_checkpoint(root: Path, steps: int = 3) -> Path:
+def train_tiny_checkpoint(root: Path, steps: int = 3, objective: str = "mlm_nsp") -> Path:
     """A tiny post-LN model trained for a few steps on a generated corpus; returns its best/ checkpoint.
+    `objective="causal"` trains the causal next-word model instead.
 
     Built as `nanobert pretrain --train corpus.txt --max-steps N --set TINY_SET` builds it, through the
     library functions behind that command.
@@ -67,7 +68,8 @@ def train_tiny_checkpoint(root: Path, steps: int = 3) -> Path:
     from nanobert.train import pretrain
 
     corpus = write_corpus(root / "corpus.txt")
-    model_over, train_over = parse_overrides([*TINY_SET, "device=cpu", f"max_steps={steps}"])
+    settings = [*TINY_SET, "device=cpu", f"max_steps={steps}", f"objective={objective}"]
+    model_over, train_over = parse_overrides(settings)
     model_config, train_config, preset, _ = new_run_configs(None, None, "cpu", model_over, train_over)
     sources = DataSources.for_new_run(train_file=str(corpus))
     pretrain(model_config, train_config, sources, root / "run", preset=preset, quiet=True)

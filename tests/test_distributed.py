@@ -121,3 +121,31 @@ def test_two_gloo_processes_match_one_process_and_resume_across_ranks(tmp_path):
     assert [r["lr"] for r in a if r["split"] == "train"] == [r["lr"] for r in b if r["split"] == "train"]
     summary = json.loads((two / "summary.json").read_text())
     assert summary["hardware"]["world_size"] == 2 and summary["steps"] == 10
+
+
+def test_the_causal_objective_trains_the_same_on_two_processes(tmp_path):
+    """The next-word objective shares the data-parallel path: 2 gloo processes, global batch 8, the same
+    train and held-out losses as 1 process."""
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    common = [
+        "--train",
+        str(corpus),
+        "--device",
+        "cpu",
+        "--quiet",
+        "--max-steps",
+        "4",
+        "--objective",
+        "causal",
+    ]
+    tiny = ["--set", *TINY_SET, *NO_DROPOUT]
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main(["pretrain", *common, "--out", str(one), *tiny]) == 0
+    tok = ["--tokenizer", str(one / "last")]
+    result = torchrun(tmp_path, 2, "pretrain", *common, "--out", str(two), *tok, *tiny)
+    assert result.returncode == 0, result.stderr[-3000:]
+    a, b = read_metrics(one), read_metrics(two)
+    assert [(r["split"], r["step"]) for r in a] == [(r["split"], r["step"]) for r in b]
+    for x, y in zip(a, b, strict=True):
+        key = "loss" if x["split"] == "train" else "lm_loss"
+        assert abs(x[key] - y[key]) < 1e-4, (x, y)

@@ -60,3 +60,32 @@ def test_evaluate_checkpoint_on_another_split_and_its_errors(tmp_path):
         evaluate_checkpoint(str(checkpoint), batch_size=0)
     with pytest.raises(NanobertError, match="does not exist"):
         evaluate_checkpoint(str(tmp_path / "missing"))
+
+
+def test_causal_metrics_are_per_predicted_token(tiny_config):
+    import dataclasses
+
+    from nanobert.evaluate import evaluate_causal, prepare_causal_eval_batches
+    from nanobert.model import BertLMHeadModel
+
+    torch.manual_seed(0)
+    model = BertLMHeadModel(dataclasses.replace(tiny_config, is_decoder=True))
+    batches = prepare_causal_eval_batches(DOCS, seq_len=16, batch_size=4)
+    assert all(b["input_ids"][:, 0].eq(2).all() for b in batches)  # every window starts with [CLS]
+    metrics = evaluate_causal(model, batches, "cpu")
+    model.eval()
+    losses, correct = [], 0
+    with torch.no_grad():
+        for b in batches:
+            logits = model(b["input_ids"], None, b["attention_mask"]).logits
+            for row in range(logits.size(0)):
+                for t in range(logits.size(1) - 1):
+                    target = int(b["labels"][row, t + 1])
+                    if target != IGNORE_INDEX:
+                        losses.append(F.cross_entropy(logits[row, t], torch.tensor(target)).item())
+                        correct += int(logits[row, t].argmax()) == target
+    n_tokens = sum(len(s) for d in DOCS for s in d) + len(DOCS)  # every token and each document's [SEP]
+    assert len(losses) == n_tokens
+    assert metrics["lm_loss"] == pytest.approx(sum(losses) / len(losses), rel=1e-5)
+    assert metrics["lm_accuracy"] == pytest.approx(correct / len(losses))
+    assert metrics["lm_perplexity"] == pytest.approx(math.exp(metrics["lm_loss"]))

@@ -109,3 +109,24 @@ def test_cli_explain(checkpoint, capsys):
 def test_cli_explain_missing_checkpoint(tmp_path, capsys):
     assert main(["explain", str(tmp_path / "nope"), "a", "b"]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_causal_trace_shows_the_mask_and_the_next_token_guesses(tmp_path, capsys):
+    causal = train_tiny_checkpoint(tmp_path, objective="causal")
+    model = load(causal)
+    trace = model.explain("alpha bravo charlie", preview=3)
+    assert trace.model["attention"] == "causal" and trace.next_sentence is None and trace.masked == []
+    assert all(layer.above_diagonal == 0.0 for layer in trace.layers)
+    assert all(row[1:] == [0.0] * (len(trace.tokens) - 1) for row in trace.layers[0].cls_attention)
+    tokens = trace.tokens
+    assert [nt.actual for nt in trace.next_tokens] == tokens[1:] + [None]
+    with torch.no_grad():
+        probs = model.model(torch.tensor([trace.input_ids])).logits[0].softmax(-1)
+    for nt in trace.next_tokens:  # the guesses are the model's own next-word probabilities
+        token, p = nt.top[0]
+        assert p == pytest.approx(probs[nt.position, model.tokenizer.token_to_id(token)].item(), abs=1e-3)
+    text = format_trace(trace)
+    assert "causal mask: every weight above the diagonal is zero" in text and "4. Next-token guesses" in text
+    assert "Next sentence" not in text and "the last token attends to" in text
+    assert main(["explain", str(causal), "alpha bravo", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["next_tokens"][0]["actual"] == "alpha"

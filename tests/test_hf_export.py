@@ -171,3 +171,34 @@ def test_cli_export_hf(checkpoint, tmp_path, capsys):
     assert main(["export-hf", str(checkpoint), str(tmp_path / "hf"), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert {"config.json", "model.safetensors", "tokenizer.json", "vocab.txt"} <= set(data["files"])
+
+
+@pytest.fixture(scope="module")
+def causal_checkpoint(tmp_path_factory):
+    return train_tiny_checkpoint(tmp_path_factory.mktemp("causal"), objective="causal")
+
+
+def test_a_causal_checkpoint_exports_as_bert_lm_head_model(causal_checkpoint, tmp_path, capsys):
+    """transformers loads it with no missing or unexpected keys, as a decoder, with the same logits."""
+    from nanobert.checkpoint import load_causal_lm
+
+    out = export_hf(causal_checkpoint, tmp_path / "hf")
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["BertLMHeadModel"] and config["is_decoder"] is True
+    hf, info = transformers.BertLMHeadModel.from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    ours, _ = load_causal_lm(causal_checkpoint)
+    ids = torch.tensor([[2, 17, 33, 41, 9, 60, 12], [2, 50, 51, 52, 0, 0, 0]])
+    mask = (ids != 0).long()
+    hf.eval()
+    with torch.no_grad():
+        a = ours(ids, None, mask).logits
+        b = hf(input_ids=ids, attention_mask=mask).logits
+    assert (a - b)[mask.bool()].abs().max() < 1e-4
+    # and back: import-hf makes it a causal checkpoint again, weight for weight
+    assert main(["import-hf", str(out), str(tmp_path / "back"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["fresh_parameters"] == [] and result["vocab_remapped"] is False
+    back, config = load_causal_lm(tmp_path / "back")
+    assert config["kind"] == "causal_lm"
+    assert all(torch.equal(v, back.state_dict()[k]) for k, v in ours.state_dict().items())

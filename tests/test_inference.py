@@ -203,3 +203,56 @@ def test_corrupt_checkpoint(checkpoint, tmp_path, capsys):
     weights.write_bytes(weights.read_bytes()[:100])
     code, _, err = run_cli(capsys, "nsp", bad, "a", "b")
     assert code == 2 and "corrupt" in err and len(err.splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------------------------------------
+# A causal checkpoint: generate, and the errors that name the command that fits
+
+
+@pytest.fixture(scope="module")
+def causal(tmp_path_factory):
+    return train_tiny_checkpoint(tmp_path_factory.mktemp("causal"), steps=5, objective="causal")
+
+
+def test_generate_is_seeded_greedy_at_zero_and_keeps_to_top_k(causal):
+    model = load(causal)
+    assert model.kind == "causal_lm"
+    a = model.generate("alpha bravo", max_new_tokens=8, seed=3)
+    assert a == model.generate("alpha bravo", max_new_tokens=8, seed=3)  # same seed, same text
+    assert len(a.tokens) == len(a.probabilities) <= 8 and a.text.startswith("alpha bravo")
+    assert a.stop_reason in ("max_new_tokens", "end of document")
+    greedy = model.generate("alpha bravo", max_new_tokens=5, temperature=0)
+    ids = model.encode("alpha bravo")["input_ids"]
+    for token in greedy.tokens:  # each step took the most probable ordinary piece
+        with torch.no_grad():
+            logits = model.model(torch.tensor([ids])).logits[0, -1]
+        logits[[0, 1, 2, 4]] = float("-inf")
+        assert model.tokenizer.id_to_token(int(logits.argmax())) == token
+        ids.append(model.tokenizer.token_to_id(token))
+    one = model.generate("alpha", max_new_tokens=6, top_k=1, seed=9)  # top-k 1 is greedy too
+    assert one.tokens == model.generate("alpha", max_new_tokens=6, temperature=0).tokens
+    with pytest.raises(NanobertError, match="temperature >= 0"):
+        model.generate("alpha", temperature=-1)
+
+
+def test_each_objective_refuses_the_other_ones_commands(checkpoint, causal, capsys, tmp_path):
+    for argv, needle in [
+        (["fill-mask", causal, "a [MASK] b"], "use `nanobert generate`"),
+        (["nsp", causal, "a", "b"], "use `nanobert generate`"),
+        (["generate", checkpoint, "alpha"], "use `nanobert fill-mask`"),
+        (["finetune", causal, "--train", "x.csv", "--dev", "x.csv", "--text-col", "a", "--label-col", "b"],
+         "not a pretraining checkpoint"),
+    ]:  # fmt: skip
+        code, _, err = run_cli(capsys, *argv)
+        assert code == 2 and len(err.splitlines()) == 1 and needle in err, err
+    code, out, err = run_cli(
+        capsys, "generate", causal, "alpha bravo", "--max-new-tokens", "3", "--seed", "1"
+    )
+    assert code == 0 and out.startswith("alpha bravo"), err
+    code, out, _ = run_cli(
+        capsys, "attention", causal, "alpha bravo charlie", "--out", tmp_path / "c.png", "--json"
+    )
+    attention = np.array(json.loads(out)["attentions"][0][0])  # layer 0, head 0: a triangle
+    assert (
+        code == 0 and np.triu(attention, k=1).max() == 0.0 and np.allclose(attention.sum(-1), 1.0, atol=1e-3)
+    )

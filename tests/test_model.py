@@ -210,3 +210,62 @@ def test_query_pruning_gives_the_same_losses_logits_and_gradients(tiny_config, p
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
     with pytest.raises(ValueError, match="needs labels"):
         model(ids, tt, am, query_positions=query_positions)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The causal flag: GPT's next-word task on the same stack
+
+
+def causal_config(tiny_config, **kw):
+    return dataclasses.replace(tiny_config, is_decoder=True, **kw)
+
+
+@pytest.mark.parametrize("pre_layer_norm", [False, True])
+def test_a_causal_position_never_sees_a_later_token(tiny_config, pre_layer_norm):
+    """Changing tokens after position t changes no output at t; the same probe catches a bidirectional one."""
+    from nanobert.model import BertLMHeadModel
+
+    torch.manual_seed(0)
+    causal = BertLMHeadModel(causal_config(tiny_config, pre_layer_norm=pre_layer_norm)).eval()
+    ids = torch.randint(5, 99, (2, 13))
+    later = ids.clone()
+    later[:, 8:] = torch.randint(5, 99, (2, 5))
+    with torch.no_grad():
+        a, b = causal(ids).logits, causal(later).logits
+        assert torch.allclose(a[:, :8], b[:, :8], atol=1e-6)
+        assert not torch.allclose(a[:, 8:], b[:, 8:], atol=1e-3)
+        # the explicit attention path (attention maps) applies the same mask: zero above the diagonal
+        out = causal(ids, output_attentions=True)
+        assert torch.allclose(out.logits, a, atol=1e-5)
+        assert all(p.triu(diagonal=1).abs().max() == 0 for p in out.attentions)
+        # padding and the causal mask together still see no later token
+        mask = torch.ones_like(ids)
+        mask[1, 10:] = 0
+        padded = causal(ids, None, mask).logits
+        assert torch.allclose(padded[:, :8], causal(later, None, mask).logits[:, :8], atol=1e-6)
+    bidirectional = BertForPreTraining(dataclasses.replace(tiny_config, pre_layer_norm=pre_layer_norm)).eval()
+    with torch.no_grad():
+        x, y = bidirectional(ids).prediction_logits, bidirectional(later).prediction_logits
+    assert not torch.allclose(x[:, :8], y[:, :8], atol=1e-3)  # the probe does detect looking ahead
+
+
+def test_the_target_at_position_t_is_the_token_at_t_plus_1(tiny_config):
+    from nanobert.model import BertLMHeadModel
+
+    torch.manual_seed(0)
+    model = BertLMHeadModel(causal_config(tiny_config)).eval()
+    ids = torch.randint(5, 99, (2, 9))
+    labels = ids.clone()
+    labels[:, 0] = -100  # as the causal collator writes them
+    labels[1, 6:] = -100  # padding
+    out = model(ids, labels=labels)
+    logits = out.logits
+    by_hand = [
+        F.cross_entropy(logits[b, t], ids[b, t + 1], reduction="sum") for b in range(2) for t in range(8)
+    ]
+    keep = [not (b == 1 and t + 1 >= 6) for b in range(2) for t in range(8)]
+    expected = torch.stack([x for x, k in zip(by_hand, keep, strict=True) if k]).mean()
+    assert out.loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    assert model.bert.pooler is None and not hasattr(model, "nsp_head")
+    with pytest.raises(ValueError, match="is_decoder"):
+        BertLMHeadModel(tiny_config)

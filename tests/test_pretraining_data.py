@@ -407,3 +407,33 @@ def test_query_layout_lists_cls_then_the_masked_positions_of_each_row():
     picked = labels.gather(1, query_positions).reshape(-1)[mlm_positions]
     assert picked.tolist() == [5, 6, 9, -100]
     assert torch.equal(picked[:3], labels.reshape(-1)[masked_positions(labels)])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Causal windows: the corpus as one stream, cut into [CLS]-led windows
+
+
+def test_causal_windows_cover_the_stream_and_move_between_epochs():
+    from nanobert.pretraining_data import causal_windows
+
+    docs = [[[FIRST + i for i in range(d * 10, d * 10 + 3 + d)] for _ in range(1)] for d in range(5)]
+    stream = [t for doc in docs for t in [*(t for s in doc for t in s), SEP]]
+    held = causal_windows(docs, seq_len=6, seed=0, shuffle=False, keep_last=True)
+    assert all(w[0] == CLS and len(w) <= 6 for w in held)
+    assert [t for w in held for t in w[1:]] == stream  # every token once, in order, documents end in [SEP]
+    epoch0 = causal_windows(docs, seq_len=6, seed=3, epoch=0)
+    epoch1 = causal_windows(docs, seq_len=6, seed=3, epoch=1)
+    assert all(len(w) == 6 for w in epoch0 + epoch1)  # training drops the short tail
+    assert epoch0 != epoch1 and epoch0 == causal_windows(docs, seq_len=6, seed=3, epoch=0)  # pure
+    for w in epoch0:  # each window is a contiguous run of the stream
+        body = w[1:]
+        assert any(stream[i : i + 5] == body for i in range(len(stream) - 4))
+
+
+def test_causal_collator_labels_are_the_inputs():
+    from nanobert.pretraining_data import CausalCollator
+
+    batch = CausalCollator(pad_to_multiple_of=4)([[CLS, 7, 8, 9, 10], [CLS, 11, SEP]])
+    assert batch["input_ids"].tolist() == [[CLS, 7, 8, 9, 10, 0, 0, 0], [CLS, 11, SEP, 0, 0, 0, 0, 0]]
+    assert batch["labels"].tolist() == [[-100, 7, 8, 9, 10, -100, -100, -100], [-100, 11, SEP] + [-100] * 5]
+    assert batch["attention_mask"].sum().item() == 8 and batch["token_type_ids"].abs().sum() == 0

@@ -64,3 +64,30 @@ def test_building_blocks():
 def test_not_a_checkpoint(tmp_path):
     with pytest.raises(NanobertError, match="not a nanobert checkpoint"):
         load_reference(tmp_path)
+
+
+@pytest.mark.parametrize("pre_layer_norm", [False, True], ids=["post-LN", "pre-LN"])
+def test_the_causal_mask_matches_torch(tmp_path, pre_layer_norm):
+    """The reference takes the causal mask too: BertLMHeadModel's logits and its triangular attention."""
+    from nanobert.model import BertLMHeadModel
+
+    torch.manual_seed(2)
+    model = BertLMHeadModel(ModelConfig(**TINY_MODEL, pre_layer_norm=pre_layer_norm, is_decoder=True)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    save_checkpoint(tmp_path / "ckpt", model, None, None, kind="causal_lm")
+    weights, cfg = load_reference(tmp_path / "ckpt")
+    assert cfg.is_decoder
+    ids = np.random.default_rng(0).integers(5, 99, size=(2, 17))
+    mask = np.ones_like(ids)
+    mask[1, 12:] = 0  # padding and the causal mask together
+    ref = forward(weights, cfg, ids, None, mask)
+    with torch.no_grad():
+        out = model(torch.from_numpy(ids), None, torch.from_numpy(mask), output_attentions=True)
+    real = mask.astype(bool)
+    np.testing.assert_allclose(ref.prediction_logits[real], out.logits.numpy()[real], atol=1e-4)
+    assert ref.seq_relationship_logits is None and ref.pooler_output is None
+    for ours, theirs in zip(ref.attentions, out.attentions, strict=True):
+        assert np.abs(np.triu(ours, k=1)).max() == 0.0  # nothing above the diagonal
+        np.testing.assert_allclose(ours[0], theirs.numpy()[0], atol=1e-4)

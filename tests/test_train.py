@@ -140,7 +140,8 @@ def test_resume_into_a_new_out_continues_the_run_exactly(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "kind", ["--data FILE", "--train FILE", "--train/--valid", "--data toy", "--prepared"]
+    "kind",
+    ["--data FILE", "--train FILE", "--train/--valid", "--data toy", "--prepared", "causal --prepared"],
 )
 def test_evaluate_reproduces_the_runs_own_final_evaluation(tmp_path, capsys, kind):
     """`nanobert evaluate RUN/last` scores the split the run held out, whatever named the data (it used to
@@ -153,8 +154,9 @@ def test_evaluate_reproduces_the_runs_own_final_evaluation(tmp_path, capsys, kin
         "--train/--valid": ["--train", str(corpus), "--valid", str(valid)],
         "--data toy": ["--data", "toy"],
         "--prepared": ["--prepared", str(tmp_path / "prep")],
+        "causal --prepared": ["--prepared", str(tmp_path / "prep"), "--objective", "causal"],
     }[kind]
-    if kind == "--prepared":
+    if kind.endswith("--prepared"):
         argv = ["prepare", "--data", str(corpus), "--valid", str(valid), "--out", str(tmp_path / "prep")]
         assert main([*argv, "--vocab-size", "120", "--quiet"]) == 0
     run = tmp_path / "run"
@@ -164,7 +166,12 @@ def test_evaluate_reproduces_the_runs_own_final_evaluation(tmp_path, capsys, kin
     summary = json.loads((run / "summary.json").read_text())
     assert main(["evaluate", str(run / "last"), "--device", "cpu"]) == 0
     evaluated = json.loads(capsys.readouterr().out)
-    for key in ("mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy"):
+    keys = (
+        ("lm_loss", "lm_accuracy")
+        if "causal" in kind
+        else ("mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy")
+    )
+    for key in keys:
         assert evaluated[key] == pytest.approx(summary["final"][key], abs=1e-6), key
 
 
@@ -172,3 +179,41 @@ def test_num_workers_is_gone(capsys):
     """TrainConfig.num_workers was read nowhere; an option that does nothing is an unknown key now."""
     assert main(["pretrain", "--data", "toy", "--set", "num_workers=2"]) == 2
     assert "unknown key 'num_workers'" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The causal objective on the same engine
+
+
+def test_the_toy_corpus_is_memorised_by_the_causal_objective(tmp_path, capsys):
+    """`--data toy --objective causal`, then greedy generation from a toy prompt gives the toy text."""
+    run = tmp_path / "toy"
+    argv = ["pretrain", "--data", "toy", "--objective", "causal", "--out", str(run), "--device", "cpu"]
+    assert main([*argv, "--quiet", "--set", "precision=fp32"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert set(summary["final"]) == {"step", "lm_loss", "lm_accuracy", "lm_perplexity"}
+    assert json.loads((run / "best" / "config.json").read_text())["kind"] == "causal_lm"
+    capsys.readouterr()
+    assert main(["generate", str(run / "best"), "the cat sleeps", "--temperature", "0", "--json"]) == 0
+    generated = json.loads(capsys.readouterr().out)
+    assert generated["text"].startswith(
+        "the cat sleeps on the warm mat. she wakes when the sun comes in. then the cat drinks her milk."
+    ), generated["text"]
+
+
+def test_a_causal_run_resumes_bit_for_bit(tmp_path):
+    full, split = tmp_path / "full", tmp_path / "split"
+    causal = ["--objective", "causal", "--set", "hidden_dropout_prob=0.1"]
+    assert pretrain(tmp_path, full, "--max-steps", "10", *causal) == 0
+    tokenizer = ["--tokenizer", str(full / "last")]
+    assert pretrain(tmp_path, split, "--max-steps", "10", "--stop-after", "4", *tokenizer, *causal) == 0
+    assert main(["pretrain", "--resume", str(split / "last"), "--quiet"]) == 0
+
+    def losses(run):
+        return [
+            (r["step"], r["loss"], r["lm_loss"], r["lr"]) for r in read_metrics(run) if r["split"] == "train"
+        ]
+
+    assert losses(split) == losses(full) and len(losses(full)) == 10
+    final = lambda run: json.loads((run / "summary.json").read_text())["final"]  # noqa: E731
+    assert final(split) == final(full)

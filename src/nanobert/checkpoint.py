@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 
 from nanobert.config import ModelConfig, TrainConfig, config_from_dict, config_to_dict
 from nanobert.errors import NanobertError
-from nanobert.model import BertForPreTraining, BertForSequenceClassification
+from nanobert.model import BertForPreTraining, BertForSequenceClassification, BertLMHeadModel
 from nanobert.tokenizer import load_tokenizer, save_tokenizer
 
 FORMAT_VERSION = 1
@@ -33,9 +33,11 @@ TRAINER_STATE_NAME = "trainer_state.pt"
 
 # The kinds of checkpoint, recorded in config.json, and the command that fits each.
 PRETRAINING = "pretraining"  # BertForPreTraining: MLM + NSP heads
+CAUSAL_LM = "causal_lm"  # BertLMHeadModel: the causal next-word model (`pretrain --objective causal`)
 SEQUENCE_CLASSIFICATION = "sequence_classification"  # a fine-tuned BertForSequenceClassification
 COMMANDS = {
     PRETRAINING: "evaluate, fill-mask, nsp, similarity, embed, attention, explain, finetune, export-hf",
+    CAUSAL_LM: "generate, evaluate, attention, explain, export-hf",
     SEQUENCE_CLASSIFICATION: "predict",
 }
 
@@ -217,6 +219,28 @@ def load_pretraining_checkpoint(
     return model.to(map_location).eval(), config
 
 
+def load_causal_lm(
+    directory: str | Path, map_location: str | torch.device = "cpu"
+) -> tuple[BertLMHeadModel, dict]:
+    """Rebuild a causal BertLMHeadModel from a checkpoint directory. Returns (model in eval mode, config)."""
+    config = read_config(directory)
+    kind = checkpoint_kind(config)
+    if kind != CAUSAL_LM:
+        raise wrong_kind(directory, kind, "a causal language model (pretrain --objective causal)")
+    model = _fill(BertLMHeadModel(_model_config(directory, config)), directory)
+    return model.to(map_location).eval(), config
+
+
+def load_language_model(
+    directory: str | Path, map_location: str | torch.device = "cpu"
+) -> tuple[BertForPreTraining | BertLMHeadModel, dict]:
+    """A pretrained language model of either objective: the MLM + NSP model or the causal one, by its kind."""
+    kind = checkpoint_kind(read_config(directory))
+    if kind == CAUSAL_LM:
+        return load_causal_lm(directory, map_location)
+    return load_pretraining_checkpoint(directory, map_location)
+
+
 def load_finetuned(
     directory: str | Path, map_location: str | torch.device = "cpu"
 ) -> tuple[BertForSequenceClassification, Any, dict]:
@@ -261,10 +285,13 @@ def load_trainer_state(directory: str | Path) -> dict:
 
 
 __all__ = [
+    "CAUSAL_LM",
     "PRETRAINING",
     "SEQUENCE_CLASSIFICATION",
     "checkpoint_kind",
+    "load_causal_lm",
     "load_finetuned",
+    "load_language_model",
     "load_pretraining_checkpoint",
     "wrong_kind",
     "load_state_dict",

@@ -39,8 +39,14 @@ def _job_options(p, func, overwrite_help: str) -> None:
 def _add_pretrain(sub) -> None:
     p = sub.add_parser(
         "pretrain",
-        help="train a BERT from scratch (MLM + NSP)",
-        description="Train a BERT from scratch with masked-LM and next-sentence prediction.",
+        help="train a BERT from scratch (MLM + NSP, or the causal next-word objective)",
+        description="Train a BERT from scratch with masked-LM and next-sentence prediction, or the same "
+        "stack with causal attention on next-word prediction (--objective causal).",
+    )
+    p.add_argument(
+        "--objective",
+        choices=["mlm_nsp", "causal"],
+        help="mlm_nsp (default): BERT's masked words + next sentence; causal: GPT's next word",
     )
     p.add_argument(
         "--data",
@@ -91,7 +97,7 @@ def _cmd_pretrain(args) -> int:
     from nanobert.train import pretrain, resume_configs
 
     model_over, train_over = parse_overrides(args.set)
-    options = ("seed", "device", "max_steps", "epochs", "time_budget")
+    options = ("seed", "device", "max_steps", "epochs", "time_budget", "objective")
     train_over.update({k: v for k in options if (v := getattr(args, k)) is not None})
     named = (args.data, args.train, args.valid, args.prepared)
     note, preset = None, args.preset
@@ -181,7 +187,7 @@ def _cmd_prepare(args) -> int:
 
 
 def _add_evaluate(sub) -> None:
-    p = sub.add_parser("evaluate", help="held-out MLM and NSP metrics of a checkpoint, as JSON")
+    p = sub.add_parser("evaluate", help="held-out metrics of a checkpoint (MLM + NSP, or next word), as JSON")
     p.add_argument("checkpoint", metavar="CKPT")
     p.add_argument("--data", help="corpus whose validation split to use (default: the one it trained with)")
     p.add_argument("--valid", help="held-out text file")
@@ -412,6 +418,27 @@ def _cmd_nsp(args) -> int:
     return _emit(args, {"IsNext": r.is_next, "NotNext": r.not_next}, text)
 
 
+def _add_generate(sub) -> None:
+    p = _command(
+        sub, "generate", _cmd_generate, "continue a text with a causal checkpoint (--objective causal)"
+    )
+    p.add_argument("prompt", help='the start of the text, e.g. "the cat sat on"')
+    p.add_argument("--max-new-tokens", type=int, default=30, help="word pieces to add at most (default 30)")
+    p.add_argument("--temperature", type=float, default=1.0, help="0 = always the most probable (default 1)")
+    p.add_argument("--top-k", type=int, help="sample among the k most probable pieces only")
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the sampling (default 0): same seed, same text"
+    )
+
+
+def _cmd_generate(args) -> int:
+    from dataclasses import asdict
+
+    options = {k: getattr(args, k) for k in ("max_new_tokens", "temperature", "top_k", "seed")}
+    result = _load_for_inference(args).generate(args.prompt, **options)
+    return _emit(args, asdict(result), result.text)
+
+
 def _add_similarity(sub) -> None:
     p = _command(sub, "similarity", _cmd_similarity, "cosine similarity of two texts' mean-pooled embeddings")
     p.add_argument("text_a", metavar="A")
@@ -491,7 +518,7 @@ def _cmd_explain(args) -> int:
 
 
 def _add_export_hf(sub) -> None:
-    help = "write a checkpoint as a transformers BertForPreTraining directory"
+    help = "write a checkpoint as a transformers BertForPreTraining (or, causal, BertLMHeadModel) directory"
     p = _command(sub, "export-hf", _cmd_export_hf, help, checkpoint=False)
     p.add_argument("checkpoint", metavar="CKPT")
     p.add_argument("out", metavar="OUT")
@@ -504,7 +531,8 @@ def _cmd_export_hf(args) -> int:
     out = export_hf(args.checkpoint, args.out, overwrite=args.overwrite)
     files = sorted(f.name for f in out.iterdir())
     text = f"wrote {out}: {', '.join(files)}\n"
-    text += f"load it with transformers.BertForPreTraining.from_pretrained({str(out)!r})"
+    architecture = json.loads((out / "config.json").read_text())["architectures"][0]
+    text += f"load it with transformers.{architecture}.from_pretrained({str(out)!r})"
     return _emit(args, {"out": str(out), "files": files}, text)
 
 
@@ -554,6 +582,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_predict(sub)
     _add_fill_mask(sub)
     _add_nsp(sub)
+    _add_generate(sub)
     _add_similarity(sub)
     _add_embed(sub)
     _add_attention(sub)

@@ -35,6 +35,9 @@ class ModelConfig:
     initializer_range: float = 0.02
     pad_token_id: int = 0
     pre_layer_norm: bool = False  # False = post-LN as in BERT; True = LayerNorm before each sublayer
+    # True = causal self-attention (each token sees itself and the tokens before it): GPT's next-word task on
+    # BERT's stack. Set by `pretrain --objective causal`; transformers' name for the same switch.
+    is_decoder: bool = False
 
     def __post_init__(self) -> None:
         positive = (
@@ -82,6 +85,8 @@ class TrainConfig:
     """One pretraining run. The length is set by exactly one of max_steps, epochs or time_budget."""
 
     seed: int = 1337
+    # mlm_nsp: BERT's masked words + next sentence; causal: GPT's next word (the same stack, causal attention)
+    objective: str = "mlm_nsp"
     # data
     vocab_size: int = 8192  # WordPiece size to train; the model's vocab_size follows the trained tokenizer
     tokenizer_min_frequency: int = 2  # a word piece must occur this often to enter the vocabulary
@@ -131,6 +136,7 @@ class TrainConfig:
             self,
             ("batch_size", "grad_accum_steps", "dupe_factor", "eval_interval", "log_interval"),
             [
+                ("objective", self.objective in OBJECTIVES, "mlm_nsp or causal"),
                 ("max_seq_len", self.max_seq_len >= 8, "at least 8"),
                 ("mask_prob", 0.0 < self.mask_prob < 1.0, "in (0, 1)"),
                 (
@@ -169,6 +175,7 @@ def _check(what: str, cfg: Any, at_least_one: tuple[str, ...], checks: list[tupl
 
 
 PRECISIONS = ("auto", "fp32", "bf16")
+OBJECTIVES = ("mlm_nsp", "causal")
 
 
 @dataclass
@@ -374,6 +381,7 @@ __all__ = [
     "DEFAULT_BUDGET",
     "LENGTH_FIELDS",
     "MODEL_PRESETS",
+    "OBJECTIVES",
     "PRECISIONS",
     "PRESETS",
     "FinetuneConfig",

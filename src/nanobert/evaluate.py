@@ -7,7 +7,9 @@ numbers are comparable across steps, runs and recipes. Which documents are held 
 `DataSources` (sources.py), for the run's own evaluations and for `nanobert evaluate` alike.
 
 MLM figures are per masked token over the whole split (not a mean of batch means); perplexity is
-exp(mlm_loss).
+exp(mlm_loss). A causal checkpoint (`pretrain --objective causal`) is scored on next-word prediction over
+the same held-out documents, cut into windows from their start: lm_loss, lm_accuracy and lm_perplexity per
+predicted token.
 """
 
 from __future__ import annotations
@@ -17,16 +19,17 @@ import math
 import torch
 import torch.nn.functional as F
 
-from nanobert.checkpoint import load_pretraining_checkpoint, load_train_config
+from nanobert.checkpoint import CAUSAL_LM, checkpoint_kind, load_language_model, load_train_config
 from nanobert.config import config_from_dict
 from nanobert.device import autocast, autocast_dtype, resolve_device
 from nanobert.errors import NanobertError
-from nanobert.model import IGNORE_INDEX, BertForPreTraining
-from nanobert.pretraining_data import MaskingCollator, create_instances
+from nanobert.model import IGNORE_INDEX, BertForPreTraining, BertLMHeadModel
+from nanobert.pretraining_data import CausalCollator, MaskingCollator, causal_windows, create_instances
 from nanobert.sources import DataSources
 from nanobert.tokenizer import load_tokenizer
 
 METRIC_KEYS = ("mlm_loss", "mlm_accuracy", "mlm_perplexity", "nsp_loss", "nsp_accuracy")
+CAUSAL_METRIC_KEYS = ("lm_loss", "lm_accuracy", "lm_perplexity")
 EVAL_MASK_PROB = 0.15  # the standard rate for held-out figures, independent of the training recipe
 
 
@@ -90,6 +93,50 @@ def evaluate_model(
     }
 
 
+def prepare_causal_eval_batches(
+    tokenized: list[list[list[int]]], seq_len: int, batch_size: int
+) -> list[dict[str, torch.Tensor]]:
+    """The held-out documents as next-word windows from their start, in reading order, batched."""
+    windows = causal_windows(tokenized, seq_len, seed=0, shuffle=False, keep_last=True)
+    if not windows:
+        raise NanobertError("the held-out split has no tokens; give it more text")
+    collator = CausalCollator()
+    return [collator(windows[i : i + batch_size]) for i in range(0, len(windows), batch_size)]
+
+
+@torch.no_grad()
+def evaluate_causal(
+    model: BertLMHeadModel,
+    batches: list[dict[str, torch.Tensor]],
+    device: torch.device | str,
+    autocast_dtype: torch.dtype | None = None,
+) -> dict[str, float]:
+    """Next-word loss, accuracy and perplexity (CAUSAL_METRIC_KEYS) per predicted token over `batches`."""
+    was_training = model.training
+    model.eval()
+    device = torch.device(device)
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    correct = torch.zeros((), dtype=torch.long, device=device)
+    n_targets = 0
+    for batch in batches:
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        with autocast(device, autocast_dtype):
+            logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).logits
+        targets = batch["labels"][:, 1:]  # the token after each position
+        keep = targets != IGNORE_INDEX
+        scores, targets = logits[:, :-1][keep].float(), targets[keep]  # (N, V), (N,)
+        loss_sum += F.cross_entropy(scores, targets, reduction="sum").double()
+        correct += (scores.argmax(-1) == targets).sum()
+        n_targets += targets.numel()
+    model.train(was_training)
+    loss = loss_sum.item() / max(n_targets, 1)
+    return {
+        "lm_loss": loss,
+        "lm_accuracy": correct.item() / max(n_targets, 1),
+        "lm_perplexity": math.exp(min(loss, 700.0)),
+    }
+
+
 def evaluate_checkpoint(
     checkpoint: str,
     data: str | None = None,
@@ -105,7 +152,7 @@ def evaluate_checkpoint(
     if batch_size < 1:
         raise NanobertError(f"--batch-size must be at least 1, got {batch_size}")
     dev = resolve_device(device)
-    model, config = load_pretraining_checkpoint(checkpoint, map_location=dev)
+    model, config = load_language_model(checkpoint, map_location=dev)
     tokenizer = load_tokenizer(checkpoint)
     train_config = load_train_config(config)
     if data is None and valid_file is None:
@@ -115,10 +162,23 @@ def evaluate_checkpoint(
     else:
         sources = DataSources(data=data, valid_file=valid_file)
     held_out, _ = sources.held_out(tokenizer)
+    amp_dtype = autocast_dtype(train_config.precision, dev)
+    if checkpoint_kind(config) == CAUSAL_LM:
+        batches = prepare_causal_eval_batches(held_out, train_config.max_seq_len, batch_size)
+        return evaluate_causal(model, batches, dev, amp_dtype)
     batches = prepare_eval_batches(
         held_out, train_config.max_seq_len, batch_size, model.config.vocab_size, train_config.eval_seed
     )
-    return evaluate_model(model, batches, dev, autocast_dtype(train_config.precision, dev))
+    return evaluate_model(model, batches, dev, amp_dtype)
 
 
-__all__ = ["EVAL_MASK_PROB", "METRIC_KEYS", "evaluate_checkpoint", "evaluate_model", "prepare_eval_batches"]
+__all__ = [
+    "CAUSAL_METRIC_KEYS",
+    "EVAL_MASK_PROB",
+    "METRIC_KEYS",
+    "evaluate_causal",
+    "evaluate_checkpoint",
+    "evaluate_model",
+    "prepare_causal_eval_batches",
+    "prepare_eval_batches",
+]

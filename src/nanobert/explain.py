@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import torch
 
-from nanobert.model import BertForPreTraining
+from nanobert.model import BertForPreTraining, BertLMHeadModel
 from nanobert.tokenizer import MASK_ID, NUM_SPECIAL_TOKENS
 
 DIGITS = 3  # values are rounded to this many decimals for reading
@@ -25,7 +25,7 @@ DIGITS = 3  # values are rounded to this many decimals for reading
 class Explainable(Protocol):
     """What `explain` needs of a model: `inference.InferenceModel` is one (its `explain` method calls us)."""
 
-    model: BertForPreTraining
+    model: BertForPreTraining | BertLMHeadModel
     tokenizer: Any
 
     def encode(self, text_a: str, text_b: str | None = None) -> dict[str, list[int]]: ...
@@ -52,6 +52,10 @@ class LayerTrace:
     q_k_v_shape: list[int]  # (1, nh, T, hd) each
     attention_shape: list[int]  # (1, nh, T, T)
     cls_attention: list[list[float]]  # (nh, T): how much [CLS] attends to each token, per head
+    last_attention: list[
+        list[float]
+    ]  # (nh, T): the same for the last token, which a causal model lets see all
+    above_diagonal: float  # the largest weight any query gives a later key: 0 for a causal model
     attention_output: TensorView  # (1, T, H): the attention sublayer's update
     feed_forward_hidden_shape: list[int]  # (1, T, intermediate)
     feed_forward_output: TensorView  # (1, T, H): the feed-forward sublayer's update
@@ -67,6 +71,13 @@ class MaskedTrace:
 
 
 @dataclass
+class NextTokenTrace:
+    position: int
+    actual: str | None  # the token that does come next in the text (None after the last one)
+    top: list[tuple[str, float]]  # the model's guesses for it, most probable first
+
+
+@dataclass
 class Trace:
     model: dict  # the shape of the model: layers, hidden size, heads, head size, vocabulary, LN placement
     tokens: list[str]
@@ -75,10 +86,13 @@ class Trace:
     embeddings: list[TensorView]  # token, position, segment, sum, after LayerNorm
     layers: list[LayerTrace]
     final_layer_norm: TensorView | None  # pre-LN models only
-    cls_vector: TensorView  # (H,): the last layer's [CLS] hidden state
-    pooled: TensorView  # (H,): tanh(dense([CLS])), the input of the NSP head
-    next_sentence: dict[str, float]  # {"IsNext": p, "NotNext": 1 - p}
+    cls_vector: TensorView | None  # (H,): the last layer's [CLS] hidden state (MLM + NSP models)
+    pooled: TensorView | None  # (H,): tanh(dense([CLS])), the input of the NSP head
+    next_sentence: dict[str, float] | None  # {"IsNext": p, "NotNext": 1 - p}
     masked: list[MaskedTrace]
+    next_tokens: list[NextTokenTrace] = field(
+        default_factory=list
+    )  # causal models: a guess at every position
 
 
 def _view(name: str, t: torch.Tensor, preview: int, note: str = "") -> TensorView:
@@ -119,9 +133,16 @@ def explain(
     if bert.final_layer_norm is not None:
         x = bert.final_layer_norm(x)
         final_ln = _view("final LayerNorm", x, preview, "pre-LN models normalise the stream once at the end")
-    # 3. the heads: [CLS] -> pooler -> NSP; every position -> MLM head (only [MASK] positions are shown)
-    pooled = torch.tanh(bert.pooler(x[:, 0]))  # (1, H)
-    nsp = model.model.nsp_head(pooled)[0].float().softmax(-1).tolist()
+    # 3. the heads. BERT: [CLS] -> pooler -> NSP, and the MLM head at each [MASK]. Causal: the next word.
+    causal = cfg.is_decoder
+    if causal:
+        cls_vector = pooled = nsp = None
+    else:
+        pooled = torch.tanh(bert.pooler(x[:, 0]))  # (1, H)
+        nsp = model.model.nsp_head(pooled)[0].float().softmax(-1).tolist()
+        nsp = {"IsNext": round(nsp[0], DIGITS + 2), "NotNext": round(nsp[1], DIGITS + 2)}
+        cls_vector = _view("[CLS] vector", x[:, 0], preview)
+        pooled = _view("pooled [CLS]", pooled, preview, "tanh(dense([CLS])): what the NSP head reads")
     return Trace(
         model={
             "layers": cfg.num_hidden_layers,
@@ -131,6 +152,7 @@ def explain(
             "intermediate_size": cfg.intermediate_size,
             "vocab_size": cfg.vocab_size,
             "layer_norm": "pre-LN" if cfg.pre_layer_norm else "post-LN",
+            "attention": "causal" if causal else "bidirectional",
         },
         tokens=model.tokens(enc["input_ids"]),
         input_ids=enc["input_ids"],
@@ -138,10 +160,11 @@ def explain(
         embeddings=embeddings,
         layers=layers,
         final_layer_norm=final_ln,
-        cls_vector=_view("[CLS] vector", x[:, 0], preview),
-        pooled=_view("pooled [CLS]", pooled, preview, "tanh(dense([CLS])): what the NSP head reads"),
-        next_sentence={"IsNext": round(nsp[0], DIGITS + 2), "NotNext": round(nsp[1], DIGITS + 2)},
-        masked=_masked(model, x, enc["input_ids"], top_k),
+        cls_vector=cls_vector,
+        pooled=pooled,
+        next_sentence=nsp,
+        masked=[] if causal else _masked(model, x, enc["input_ids"], top_k),
+        next_tokens=_next_tokens(model, x, enc["input_ids"], top_k) if causal else [],
     )
 
 
@@ -192,6 +215,8 @@ def _layer(
         q_k_v_shape=list(q.shape),
         attention_shape=list(probs.shape),
         cls_attention=_round(probs[0, :, 0, :].tolist()),
+        last_attention=_round(probs[0, :, -1, :].tolist()),
+        above_diagonal=round(probs[0].triu(diagonal=1).max().item(), DIGITS),
         attention_output=_view("attention output", a, preview),
         feed_forward_hidden_shape=list(ff_hidden.shape),
         feed_forward_output=_view("feed-forward output", f, preview),
@@ -214,15 +239,27 @@ def _masked(model: Explainable, x: torch.Tensor, input_ids: list[int], top_k: in
         return []
     weight = model.model.bert.embeddings.word_embeddings.weight
     probs = model.model.mlm_head(x[0, positions], weight).float().softmax(-1)  # (M, V)
+    return [MaskedTrace(p, top) for p, top in zip(positions, _top(model, probs, top_k), strict=True)]
+
+
+def _top(model: Explainable, probs: torch.Tensor, top_k: int) -> list[list[tuple[str, float]]]:
+    """For each row of probs (M, V): the top_k ordinary word pieces with their probabilities."""
     ranked = probs.clone()
     ranked[:, :NUM_SPECIAL_TOKENS] = -1.0  # special tokens are never offered as answers
     top = ranked.topk(min(top_k, probs.size(-1) - NUM_SPECIAL_TOKENS), dim=-1).indices
     return [
-        MaskedTrace(
-            p, [(model.tokenizer.id_to_token(j), round(probs[m, j].item(), DIGITS)) for j in top[m].tolist()]
-        )
-        for m, p in enumerate(positions)
+        [(model.tokenizer.id_to_token(j), round(probs[m, j].item(), DIGITS)) for j in top[m].tolist()]
+        for m in range(probs.size(0))
     ]
+
+
+def _next_tokens(
+    model: Explainable, x: torch.Tensor, input_ids: list[int], top_k: int
+) -> list[NextTokenTrace]:
+    """A causal model's guesses for the token after each position, next to the token that does come."""
+    probs = model.model.lm_head(x[0], model.model.bert.embeddings.word_embeddings.weight).float().softmax(-1)
+    actual = [model.tokenizer.id_to_token(i) for i in input_ids[1:]] + [None]
+    return [NextTokenTrace(p, actual[p], top) for p, top in enumerate(_top(model, probs, top_k))]
 
 
 # --- text rendering --------------------------------------------------------------------------------------
@@ -248,17 +285,19 @@ def _tensor_lines(view: TensorView, tokens: list[str], indent: str = "   ") -> l
     return lines
 
 
-def _cls_attention_lines(rows: list[list[float]], tokens: list[str], max_columns: int = 16) -> list[str]:
-    """Each head's [CLS] row: a table over the tokens when they fit, else the five most attended tokens."""
+def _attention_row_lines(
+    rows: list[list[float]], tokens: list[str], who: str, max_columns: int = 16
+) -> list[str]:
+    """Each head's row for one token: a table over the tokens when they fit, else the five most attended."""
     if len(tokens) <= max_columns:
         lines = [
-            "     [CLS] attends to (one row of each head's attention matrix):",
+            f"     {who} attends to (one row of each head's attention matrix):",
             "       " + " " * 8 + " ".join(f"{t[:7]:>7s}" for t in tokens),
         ]
         return lines + [
             f"       head {h:<3d}" + " ".join(f"{v:7.3f}" for v in row) for h, row in enumerate(rows)
         ]
-    lines = ["     [CLS] attends most to (per head, the five largest weights of its row):"]
+    lines = [f"     {who} attends most to (per head, the five largest weights of its row):"]
     for h, row in enumerate(rows):
         top = sorted(range(len(row)), key=lambda j: -row[j])[:5]
         lines.append(f"       head {h:<3d}" + ", ".join(f"{tokens[j]}@{j} {row[j]:.3f}" for j in top))
@@ -269,13 +308,13 @@ def format_trace(trace: Trace) -> str:
     """The trace as numbered sections of plain text, for a terminal or a notebook."""
     m = trace.model
     tokens = trace.tokens
+    layout = "[CLS] A [SEP] B [SEP]" if 1 in trace.token_type_ids else "[CLS] A [SEP]"
     out = [
         f"model: {m['layers']} layers, hidden size {m['hidden_size']}, {m['heads']} heads of size "
         f"{m['head_size']}, feed-forward {m['intermediate_size']}, vocabulary {m['vocab_size']}, "
-        f"{m['layer_norm']}",
+        f"{m['layer_norm']}, {m.get('attention', 'bidirectional')} attention",
         "",
-        f"1. Tokens: {len(tokens)} word pieces, "
-        + ("[CLS] A [SEP] B [SEP]" if 1 in trace.token_type_ids else "[CLS] A [SEP]"),
+        f"1. Tokens: {len(tokens)} word pieces, " + ("[CLS] and the text" if trace.next_tokens else layout),
         "   pos  token            id  segment",
     ]
     for p, (tok, i, s) in enumerate(zip(tokens, trace.input_ids, trace.token_type_ids, strict=True)):
@@ -288,31 +327,48 @@ def format_trace(trace: Trace) -> str:
         f"3. Encoder layers 0..{m['layers'] - 1}: attention, then feed-forward, each added to the stream",
     ]
     for layer in trace.layers:
-        hd = layer.q_k_v_shape[-1]
-        out += [
-            f"   layer {layer.index}",
-            f"     input                  {_shape(layer.input.shape)}",
-            f"     q, k, v (per head)     {_shape(layer.q_k_v_shape)}  (batch, heads, tokens, head size)",
-            f"     attention weights      {_shape(layer.attention_shape)}  softmax(q k^T / sqrt({hd})), "
-            "rows sum to 1",
-            f"     attention output       {_shape(layer.attention_output.shape)}",
-            f"     feed-forward hidden    {_shape(layer.feed_forward_hidden_shape)}  GELU",
-            f"     feed-forward output    {_shape(layer.feed_forward_output.shape)}",
-            f"     output                 {_shape(layer.output.shape)}",
-        ]
-        out += _cls_attention_lines(layer.cls_attention, tokens)
-        norms = layer.residual_norms
-        out.append(
-            "     residual stream, mean |x| per token: "
-            f"in {norms['input']:.2f}, attention adds {norms['attention update']:.2f} -> "
-            f"{norms['after attention']:.2f}, feed-forward adds {norms['feed-forward update']:.2f} -> "
-            f"out {norms['output']:.2f}"
-        )
+        out += _layer_lines(layer, tokens, causal=bool(trace.next_tokens))
     if trace.final_layer_norm is not None:
         out += _tensor_lines(trace.final_layer_norm, tokens)
-    out += ["", "4. The [CLS] vector, which sums up the pair for the next-sentence head"]
-    out += _tensor_lines(trace.cls_vector, tokens)
-    out += _tensor_lines(trace.pooled, tokens)
+    return "\n".join(out + (_next_token_lines(trace) if trace.next_tokens else _bert_head_lines(trace)))
+
+
+def _layer_lines(layer: LayerTrace, tokens: list[str], causal: bool) -> list[str]:
+    hd = layer.q_k_v_shape[-1]
+    out = [
+        f"   layer {layer.index}",
+        f"     input                  {_shape(layer.input.shape)}",
+        f"     q, k, v (per head)     {_shape(layer.q_k_v_shape)}  (batch, heads, tokens, head size)",
+        f"     attention weights      {_shape(layer.attention_shape)}  softmax(q k^T / sqrt({hd})), "
+        "rows sum to 1",
+        f"     attention output       {_shape(layer.attention_output.shape)}",
+        f"     feed-forward hidden    {_shape(layer.feed_forward_hidden_shape)}  GELU",
+        f"     feed-forward output    {_shape(layer.feed_forward_output.shape)}",
+        f"     output                 {_shape(layer.output.shape)}",
+    ]
+    if causal:
+        out.append(
+            "     causal mask: every weight above the diagonal is zero (largest here "
+            f"{layer.above_diagonal:.3f}): each token attends only to itself and the tokens before it"
+        )
+        out += _attention_row_lines(layer.last_attention, tokens, "the last token")
+    else:
+        out += _attention_row_lines(layer.cls_attention, tokens, "[CLS]")
+    norms = layer.residual_norms
+    out.append(
+        "     residual stream, mean |x| per token: "
+        f"in {norms['input']:.2f}, attention adds {norms['attention update']:.2f} -> "
+        f"{norms['after attention']:.2f}, feed-forward adds {norms['feed-forward update']:.2f} -> "
+        f"out {norms['output']:.2f}"
+    )
+    return out
+
+
+def _bert_head_lines(trace: Trace) -> list[str]:
+    """Sections 4-6 of a BERT trace: [CLS] and the pooler, the next-sentence head, the [MASK] guesses."""
+    out = ["", "4. The [CLS] vector, which sums up the pair for the next-sentence head"]
+    out += _tensor_lines(trace.cls_vector, trace.tokens)
+    out += _tensor_lines(trace.pooled, trace.tokens)
     ns = trace.next_sentence
     out += ["", f"5. Next sentence: IsNext {ns['IsNext']:.1%}  NotNext {ns['NotNext']:.1%}"]
     out += ["", "6. Masked positions"]
@@ -321,7 +377,29 @@ def format_trace(trace: Trace) -> str:
     for mk in trace.masked:
         guesses = ", ".join(f"{tok} {p:.1%}" for tok, p in mk.top)
         out.append(f"   position {mk.position}: {guesses}")
-    return "\n".join(out)
+    return out
 
 
-__all__ = ["Explainable", "LayerTrace", "MaskedTrace", "TensorView", "Trace", "explain", "format_trace"]
+def _next_token_lines(trace: Trace) -> list[str]:
+    """Section 4 of a causal trace: the guesses for the token after each position, and the one that came."""
+    out = ["", "4. Next-token guesses: at each position, from the tokens up to it only"]
+    width = max(len(t) for t in trace.tokens)
+    for nt in trace.next_tokens:
+        came = f"next is {nt.actual!r}" if nt.actual is not None else "(end of the text)"
+        guesses = ", ".join(f"{tok} {p:.1%}" for tok, p in nt.top)
+        out.append(
+            f"   {nt.position:>3d} {trace.tokens[nt.position]:<{width}s}  {came:<22s} guesses: {guesses}"
+        )
+    return out
+
+
+__all__ = [
+    "Explainable",
+    "LayerTrace",
+    "MaskedTrace",
+    "NextTokenTrace",
+    "TensorView",
+    "Trace",
+    "explain",
+    "format_trace",
+]

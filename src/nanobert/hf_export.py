@@ -1,4 +1,5 @@
-"""An explicit key map between nanobert weights and transformers' `BertForPreTraining`.
+"""An explicit key map between nanobert weights and transformers' `BertForPreTraining` (and, for causal
+models, `BertLMHeadModel` with `is_decoder=True`: the same names without the pooler and the NSP head).
 
 Written as a table, as litgpt's `convert_lit_checkpoint.py` does, so a reader can see every tensor's two
 names. Two entries are not a pure rename: our fused `qkv` projection is split into BERT's query, key and
@@ -24,10 +25,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-from nanobert.checkpoint import load_pretraining_checkpoint, save_checkpoint, write_atomically
+from nanobert.checkpoint import CAUSAL_LM, PRETRAINING, load_language_model, save_checkpoint, write_atomically
 from nanobert.config import ModelConfig
 from nanobert.errors import NanobertError
-from nanobert.model import BertForPreTraining
+from nanobert.model import BertForPreTraining, BertLMHeadModel
 from nanobert.tokenizer import CLS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, load_tokenizer, save_tokenizer
 
 # nanobert name -> transformers name, for everything outside the repeated layers.
@@ -71,8 +72,9 @@ def to_hf_config(config: ModelConfig) -> dict:
             "this model is pre-LN; transformers' BERT is post-LN only, so it cannot be exported"
         )
     return {
-        "architectures": ["BertForPreTraining"],
+        "architectures": ["BertLMHeadModel" if config.is_decoder else "BertForPreTraining"],
         "model_type": "bert",
+        "is_decoder": config.is_decoder,
         "vocab_size": config.vocab_size,
         "hidden_size": config.hidden_size,
         "num_hidden_layers": config.num_hidden_layers,
@@ -110,14 +112,31 @@ def from_hf_config(hf: dict) -> ModelConfig:
         "layer_norm_eps",
         "initializer_range",
         "pad_token_id",
+        "is_decoder",
     )
     return ModelConfig(**{n: hf[n] for n in names if n in hf and hf[n] is not None})
 
 
+# A causal model (BertLMHeadModel) calls its vocabulary head lm_head; the table names it mlm_head.
+_CAUSAL_HEAD, _TABLE_HEAD = "lm_head.", "mlm_head."
+_CAUSAL_ABSENT = ("bert.pooler.", "nsp_head.")  # what BertLMHeadModel does not have
+
+
+def _rename_head(state: dict, old: str, new: str) -> dict:
+    return {(new + k[len(old) :] if k.startswith(old) else k): v for k, v in state.items()}
+
+
 def to_hf_state_dict(state: dict[str, torch.Tensor], config: ModelConfig) -> dict[str, torch.Tensor]:
-    """Rename (and split) a BertForPreTraining state dict into transformers' names."""
+    """Rename (and split) a BertForPreTraining (or causal BertLMHeadModel) state dict into transformers'
+    names."""
     to_hf_config(config)  # refuses pre-LN
-    out = {hf: state[ours] for ours, hf in _TOP_LEVEL.items()}
+    if config.is_decoder:
+        state = _rename_head(state, _CAUSAL_HEAD, _TABLE_HEAD)
+    out = {
+        hf: state[ours]
+        for ours, hf in _TOP_LEVEL.items()
+        if not (config.is_decoder and ours.startswith(_CAUSAL_ABSENT))
+    }
     for i in range(config.num_hidden_layers):
         ours, hf = f"bert.layers.{i}.", f"bert.encoder.layer.{i}."
         for a, b in _PER_LAYER.items():
@@ -170,6 +189,11 @@ def from_hf_state_dict(
     encoder_missing = [k for k in missing if not k.startswith(("mlm_head.", "nsp_head.", "bert.pooler."))]
     if encoder_missing:
         raise NanobertError(f"transformers checkpoint lacks encoder weights: {', '.join(encoder_missing)}")
+    if config.is_decoder:  # no pooler, no NSP head; the vocabulary head under its causal name
+        out = _rename_head(
+            {k: v for k, v in out.items() if not k.startswith(_CAUSAL_ABSENT)}, _TABLE_HEAD, _CAUSAL_HEAD
+        )
+        missing = [_CAUSAL_HEAD + k[len(_TABLE_HEAD) :] for k in missing if k.startswith(_TABLE_HEAD)]
     return out, missing
 
 
@@ -180,7 +204,12 @@ def from_hf_state_dict(
 _TIED_DUPLICATES = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 HF_CONFIG_NAME = "config.json"
 HF_WEIGHTS_NAME = "model.safetensors"
-_HEAD_NAMES = {"mlm_head.": "masked-LM head", "nsp_head.": "next-sentence head", "bert.pooler.": "pooler"}
+_HEAD_NAMES = {
+    "mlm_head.": "masked-LM head",
+    "lm_head.": "next-word head",
+    "nsp_head.": "next-sentence head",
+    "bert.pooler.": "pooler",
+}
 
 
 def _check_out_dir(out: Path, overwrite: bool, sources: tuple[Path, ...]) -> None:
@@ -196,13 +225,14 @@ def _check_out_dir(out: Path, overwrite: bool, sources: tuple[Path, ...]) -> Non
 def export_hf(checkpoint: str | Path, out: str | Path, overwrite: bool = False) -> Path:
     """Write a nanobert pretraining checkpoint as a transformers BERT directory.
 
-    `out` gets config.json (a BertConfig for BertForPreTraining), model.safetensors (transformers' names,
-    tied weights once, as transformers itself saves them) and the tokenizer files, so that
-    `BertForPreTraining.from_pretrained(out)` and `BertTokenizerFast.from_pretrained(out)` load it with no
-    missing or unexpected keys. Pre-LN models are refused (transformers' BERT is post-LN only).
+    `out` gets config.json (a BertConfig for BertForPreTraining, or for BertLMHeadModel with is_decoder for a
+    causal checkpoint), model.safetensors (transformers' names, tied weights once, as transformers itself
+    saves them) and the tokenizer files, so that `BertForPreTraining.from_pretrained(out)` (or
+    `BertLMHeadModel`) and `BertTokenizerFast.from_pretrained(out)` load it with no missing or unexpected
+    keys. Pre-LN models are refused (transformers' BERT is post-LN only).
     """
     checkpoint, out = Path(checkpoint), Path(out)
-    model, _ = load_pretraining_checkpoint(checkpoint)
+    model, _ = load_language_model(checkpoint)
     tokenizer = load_tokenizer(checkpoint)
     hf_config = to_hf_config(model.config)
     state = to_hf_state_dict(model.state_dict(), model.config)
@@ -338,7 +368,8 @@ def _specials_first(tokenizer: Any, vocab_size: int) -> tuple[Any, list[int] | N
 
 
 def import_hf(hf_dir: str | Path, out: str | Path, overwrite: bool = False, seed: int = 0) -> ImportResult:
-    """Convert a transformers BERT directory (BertForPreTraining or BertModel weights) to a checkpoint.
+    """Convert a transformers BERT directory (BertForPreTraining, BertModel, or BertLMHeadModel with
+    `is_decoder`, which becomes a causal checkpoint) to a nanobert checkpoint.
 
     Heads that the source lacks (a BertModel has neither the masked-LM nor the next-sentence head) are
     initialised freshly with BERT's initialisation, seeded by `seed`; the result lists them. When the source
@@ -363,11 +394,11 @@ def import_hf(hf_dir: str | Path, out: str | Path, overwrite: bool = False, seed
     state, missing = from_hf_state_dict(hf_state, config)
     if order is not None:
         index = torch.tensor(order)
-        for key in ("bert.embeddings.word_embeddings.weight", "mlm_head.bias"):
+        for key in ("bert.embeddings.word_embeddings.weight", "mlm_head.bias", "lm_head.bias"):
             if key in state:
                 state[key] = state[key].index_select(0, index)
     torch.manual_seed(seed)
-    model = BertForPreTraining(config)
+    model = BertLMHeadModel(config) if config.is_decoder else BertForPreTraining(config)
     try:
         result = model.load_state_dict(state, strict=False)
     except RuntimeError as e:
@@ -383,6 +414,7 @@ def import_hf(hf_dir: str | Path, out: str | Path, overwrite: bool = False, seed
         None,
         tokenizer,
         extra={"imported_from": str(hf_dir), "fresh_parameters": fresh, "vocab_remapped": order is not None},
+        kind=CAUSAL_LM if config.is_decoder else PRETRAINING,
     )
     return ImportResult(out=out, fresh_parameters=fresh, fresh_heads=heads, vocab_remapped=order is not None)
 

@@ -1,8 +1,12 @@
-"""Use a trained checkpoint: fill in [MASK]s, score sentence pairs, embed texts, read attention maps.
+"""Use a trained checkpoint: fill in [MASK]s, score sentence pairs, continue a text, embed texts, read
+attention maps.
 
-`load(checkpoint)` returns an `InferenceModel`, whose methods mirror the CLI: `fill_mask`, `next_sentence`,
-`embed`, `similarity`, `attention` and `explain`. Each one tokenizes with the checkpoint's own tokenizer and
-runs `BertForPreTraining` in eval mode without gradients; the model itself is untouched. Texts longer than
+`load(checkpoint)` returns an `InferenceModel` for either pretraining objective, whose methods mirror the CLI:
+`fill_mask` and `next_sentence` (BERT's two heads), `generate` (the causal model's next-word head),
+`embed`, `similarity`, `attention` and `explain` (both). Asking a model for what its objective did not train
+(fill-mask of a causal model, generate from BERT) is a one-line error naming the command that fits. Each
+method tokenizes with the checkpoint's own tokenizer and runs the model in eval mode without gradients; the
+model itself is untouched. Texts longer than
 the model's position table are truncated (the longer side of a pair first, as in pretraining). Results are
 small dataclasses of plain Python values or NumPy arrays; nothing here prints. `plots.plot_attention` draws
 the maps with matplotlib.
@@ -21,18 +25,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from nanobert.checkpoint import load_pretraining_checkpoint
+from nanobert.checkpoint import CAUSAL_LM, PRETRAINING, load_language_model
 from nanobert.device import resolve_device
 from nanobert.errors import NanobertError
 from nanobert.explain import Trace, explain
-from nanobert.model import BertForPreTraining
+from nanobert.model import BertForPreTraining, BertLMHeadModel
 from nanobert.tokenizer import (
     CLS_ID,
     MASK_ID,
     NUM_SPECIAL_TOKENS,
     PAD_ID,
     SEP_ID,
+    UNK_ID,
     encode_pair,
+    encode_sentences,
     load_tokenizer,
     pad,
 )
@@ -75,21 +81,59 @@ class AttentionMaps:
     probs: np.ndarray = field(repr=False)  # (L, nh, T, T): layer, head, query position, key position
 
 
-class InferenceModel:
-    """A pretrained BERT with its tokenizer, ready to answer questions. Build it with `load(checkpoint)`."""
+@dataclass
+class Generation:
+    prompt: str
+    continuation: str  # the new text, word pieces joined back into words
+    text: str  # prompt and continuation as one text
+    tokens: list[str]  # the new word pieces, in order
+    probabilities: list[float]  # the model's probability of each new piece (before temperature and top-k)
+    stop_reason: str  # "max_new_tokens", "end of document" ([SEP]) or "max length" (the position table)
 
-    def __init__(self, model: BertForPreTraining, tokenizer: Any, config: dict | None = None):
+
+class InferenceModel:
+    """A pretrained model with its tokenizer, ready to answer questions. Build it with `load(checkpoint)`.
+
+    `model` is a BertForPreTraining (MLM + NSP) or a causal BertLMHeadModel; `kind` says which.
+    """
+
+    def __init__(
+        self, model: BertForPreTraining | BertLMHeadModel, tokenizer: Any, config: dict | None = None
+    ):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.config = config or {}
         self.device = next(model.parameters()).device
+        self.kind = CAUSAL_LM if isinstance(model, BertLMHeadModel) else PRETRAINING
+        self.name = str(self.config.get("path", "this checkpoint"))
 
     @property
     def max_length(self) -> int:
         return self.model.config.max_position_embeddings
 
+    def _require(self, kind: str, command: str) -> None:
+        """A one-line error when this model's objective did not train it for `command`."""
+        if self.kind == kind:
+            return
+        if self.kind == CAUSAL_LM:
+            raise NanobertError(
+                f"{self.name} is a causal language model (pretrain --objective causal): it predicts the "
+                f"next word, not masked words or sentence pairs, so {command} does not apply; "
+                "use `nanobert generate`"
+            )
+        raise NanobertError(
+            f"{self.name} is a masked language model (BERT): it fills in [MASK]s and does not continue a "
+            f"text, so {command} does not apply; use `nanobert fill-mask`, or pretrain --objective causal"
+        )
+
     def encode(self, text_a: str, text_b: str | None = None) -> dict[str, list[int]]:
-        """`[CLS] A [SEP] (B [SEP])` ids, token types and mask, truncated to the model's position table."""
+        """The model's input for one text or pair, truncated to its position table: `[CLS] A [SEP] B [SEP]`
+        for BERT; for a causal model `[CLS]` and the text (B appended), all segment A, as it read its corpus.
+        """
+        if self.kind == CAUSAL_LM:
+            text = text_a if text_b is None else f"{text_a} {text_b}"
+            ids = [CLS_ID, *encode_sentences(self.tokenizer, [text])[0]][: self.max_length]
+            return {"input_ids": ids, "token_type_ids": [0] * len(ids), "attention_mask": [1] * len(ids)}
         return encode_pair(self.tokenizer, text_a, text_b, max_length=self.max_length)
 
     def tokens(self, ids: list[int]) -> list[str]:
@@ -120,6 +164,7 @@ class InferenceModel:
         Special tokens are never offered as candidates; probabilities are still the model's, a softmax over
         the whole vocabulary. Raises NanobertError when `text` has no [MASK].
         """
+        self._require(PRETRAINING, "fill-mask")
         if top_k < 1:
             raise NanobertError(f"top_k must be at least 1, got {top_k}")
         text = _MASK_ANY_CASE.sub("[MASK]", text)
@@ -160,6 +205,7 @@ class InferenceModel:
 
     def next_sentence(self, text_a: str, text_b: str) -> NextSentence:
         """The next-sentence head's probability that `text_b` follows `text_a`."""
+        self._require(PRETRAINING, "nsp (next sentence prediction)")
         _, out = self.forward(text_a, text_b)
         p = out.seq_relationship_logits[0].float().softmax(dim=-1).tolist()
         return NextSentence(is_next=p[0], not_next=p[1])
@@ -206,17 +252,75 @@ class InferenceModel:
             probs=probs.float().cpu().numpy(),
         )
 
+    @torch.no_grad()
+    def generate(
+        self,
+        prompt: str,
+        max_new_tokens: int = 30,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        seed: int = 0,
+    ) -> Generation:
+        """Continue `prompt` one word piece at a time, each chosen from the next-word distribution.
+
+        temperature 0 takes the most probable piece (greedy); above 0 samples from the distribution sharpened
+        (below 1) or flattened (above 1), restricted to the `top_k` most probable pieces when given. The
+        sampling generator is seeded, so a seed gives the same text every time. Stops at `max_new_tokens`,
+        at [SEP] (the end of a document in the training stream), or at the end of the position table.
+        """
+        self._require(CAUSAL_LM, "generate")
+        if max_new_tokens < 1 or temperature < 0 or (top_k is not None and top_k < 1):
+            raise NanobertError(
+                "generate needs max_new_tokens >= 1, temperature >= 0 and top_k >= 1 (or none)"
+            )
+        ids = self.encode(prompt)["input_ids"]
+        if len(ids) >= self.max_length:
+            raise NanobertError(f"the prompt fills all {self.max_length} positions; shorten it")
+        generator = torch.Generator().manual_seed(seed)
+        new: list[int] = []
+        probabilities: list[float] = []
+        stop = "max_new_tokens"
+        for _ in range(max_new_tokens):
+            if len(ids) >= self.max_length:
+                stop = "max length"
+                break
+            logits = self.model(torch.tensor([ids], device=self.device)).logits[0, -1].float().cpu()
+            logits[[PAD_ID, UNK_ID, CLS_ID, MASK_ID]] = float("-inf")  # never emitted; [SEP] ends the text
+            token_id = _pick(logits, temperature, top_k, generator)
+            if token_id == SEP_ID:
+                stop = "end of document"
+                break
+            probabilities.append(logits.softmax(-1)[token_id].item())
+            ids.append(token_id)
+            new.append(token_id)
+        continuation = self.tokenizer.decode(new)
+        text = self._decode(ids)
+        return Generation(prompt, continuation, text, self.tokens(new), probabilities, stop)
+
+
+def _pick(logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator) -> int:
+    """The next token id from logits (V,): the argmax at temperature 0, else a seeded sample."""
+    if temperature == 0:
+        return int(logits.argmax())
+    scores = logits / temperature
+    if top_k is not None and top_k < scores.numel():
+        kth = scores.topk(top_k).values[-1]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    return int(torch.multinomial(scores.softmax(-1), 1, generator=generator))
+
 
 _EXAMPLE_MASK = "the cat sat on the [MASK] ."
 
 
 def load(checkpoint: str | Path, device: str = "cpu") -> InferenceModel:
-    """Load a pretraining checkpoint directory (e.g. RUN/best) with its tokenizer, for inference.
+    """Load a pretrained checkpoint directory (e.g. RUN/best) of either objective with its tokenizer.
 
-    `device` is "cpu", "cuda", "cuda:N" or "auto". Raises NanobertError for a missing or corrupt checkpoint.
+    `device` is "cpu", "cuda", "cuda:N" or "auto". Raises NanobertError for a missing or corrupt checkpoint,
+    or one of another kind (a fine-tuned classifier).
     """
     dev = resolve_device(device)
-    model, config = load_pretraining_checkpoint(checkpoint, map_location=dev)
+    model, config = load_language_model(checkpoint, map_location=dev)
+    config = {**config, "path": str(checkpoint)}
     tokenizer = load_tokenizer(checkpoint)
     if tokenizer.get_vocab_size() > model.config.vocab_size:
         raise NanobertError(
@@ -260,6 +364,7 @@ __all__ = [
     "AttentionMaps",
     "Candidate",
     "FillMaskResult",
+    "Generation",
     "InferenceModel",
     "MaskPrediction",
     "NextSentence",

@@ -4,8 +4,12 @@ Follows Devlin et al. 2019, "BERT: Pre-training of Deep Bidirectional Transforme
 Understanding", and matches transformers' `modeling_bert.py` numerically (tests/test_hf_parity.py), read top
 down from the smallest module to the largest:
 
-    Embeddings -> SelfAttention -> FeedForward -> EncoderLayer -> Encoder -> Pooler / MLMHead
-    -> BertModel -> BertForPreTraining / BertForSequenceClassification
+    Embeddings -> SelfAttention -> FeedForward -> EncoderLayer -> BertModel -> LMPredictionHead
+    -> BertForPreTraining / BertLMHeadModel / BertForSequenceClassification
+
+With `config.is_decoder` the same stack attends causally (each token sees only itself and the tokens before
+it), and `BertLMHeadModel` reads the vocabulary head as GPT does: the output at position t predicts the token
+at t + 1. One flag of the attention, not a second model.
 
 Shapes in comments: B batch, T sequence length, H hidden size, nh heads, hd head size (H / nh), V vocabulary,
 N masked positions in the batch. This file does no I/O; vocabulary size and special ids arrive in ModelConfig.
@@ -68,6 +72,7 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
         self.output = nn.Linear(config.hidden_size, config.hidden_size)
         self.attn_dropout = config.attention_probs_dropout_prob
+        self.is_causal = config.is_decoder  # query i sees keys 0..i only
 
     def forward(
         self,
@@ -76,13 +81,16 @@ class SelfAttention(nn.Module):
         output_attentions: bool = False,
         query_positions: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x (B, T, H); attn_mask (B, 1, 1, T) bool, True where a key may be attended to, or None;
+        """x (B, T, H); attn_mask (B, 1, 1, T) bool, True where a key may be attended to, or None (a causal
+        model adds its lower-triangular mask to it);
         query_positions (B, M): compute only these M queries per row (keys and values still cover all T).
 
         Returns the attended values (B, Q, H) and, with output_attentions, the probabilities (B, nh, Q, T),
         where Q is T, or M with query_positions.
         """
         B, T, H = x.shape
+        if self.is_causal and query_positions is not None:
+            raise ValueError("a causal model computes every position; query_positions is for MLM pretraining")
         if query_positions is None:
             q, k, v = self.qkv(x).split(H, dim=-1)  # 3 x (B, T, H)
         else:
@@ -95,16 +103,23 @@ class SelfAttention(nn.Module):
         # split heads: (B, T, H) -> (B, nh, T, hd); the queries have Q rows, keys and values T
         q, k, v = (t.view(B, t.size(1), self.num_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))
         dropout_p = self.attn_dropout if self.training else 0.0
+        causal_kernel = self.is_causal and attn_mask is None  # SDPA's own causal mask, the fastest path
+        if self.is_causal and attn_mask is not None:  # padding too: combine the two masks
+            attn_mask = attn_mask & torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # (B, 1, T, T)
         if output_attentions:
             # The explicit math, kept for attention maps and for readers: softmax(q k^T / sqrt(hd)) v.
             scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, nh, Q, T)
+            if causal_kernel:
+                attn_mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # (T, T)
             if attn_mask is not None:
                 scores = scores.masked_fill(~attn_mask, float("-inf"))
             probs = scores.softmax(dim=-1)
             y = F.dropout(probs, p=dropout_p, training=self.training) @ v  # (B, nh, T, hd)
         else:
             # The same function through the fused kernel (flash / memory-efficient attention).
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=causal_kernel
+            )
             probs = None
         y = y.transpose(1, 2).reshape(B, Q, H)  # merge heads: (B, nh, Q, hd) -> (B, Q, H)
         return self.output(y), probs
@@ -164,15 +179,15 @@ class EncoderLayer(nn.Module):
 @dataclass
 class EncoderOutput:
     last_hidden_state: torch.Tensor  # (B, T, H), or (B, M, H) with query_positions
-    pooler_output: torch.Tensor  # (B, H): tanh(dense([CLS]))
+    pooler_output: torch.Tensor | None  # (B, H): tanh(dense([CLS])); None without a pooler
     hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings, then each layer: L+1 x (B, T, H)
     attentions: tuple[torch.Tensor, ...] | None = None  # each layer: L x (B, nh, T, T)
 
 
 class BertModel(nn.Module):
-    """Embeddings, a stack of encoder layers, and the pooler."""
+    """Embeddings, a stack of encoder layers, and (unless `add_pooling_layer=False`) the pooler."""
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, add_pooling_layer: bool = True):
         super().__init__()
         self.config = config
         self.embeddings = Embeddings(config)
@@ -181,7 +196,7 @@ class BertModel(nn.Module):
         self.final_layer_norm = (
             nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.pre_layer_norm else None
         )
-        self.pooler = nn.Linear(config.hidden_size, config.hidden_size)
+        self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if add_pooling_layer else None
 
     def forward(
         self,
@@ -218,7 +233,7 @@ class BertModel(nn.Module):
                 attentions.append(probs)
         if self.final_layer_norm is not None:
             x = self.final_layer_norm(x)
-        pooled = torch.tanh(self.pooler(x[:, 0]))  # [CLS] is always position 0
+        pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None  # [CLS] is position 0
         return EncoderOutput(
             last_hidden_state=x,
             pooler_output=pooled,
@@ -227,8 +242,12 @@ class BertModel(nn.Module):
         )
 
 
-class MLMHead(nn.Module):
-    """dense + GELU + LayerNorm, then a decoder whose weight is the token embedding matrix (tied)."""
+class LMPredictionHead(nn.Module):
+    """dense + GELU + LayerNorm, then a decoder whose weight is the token embedding matrix (tied).
+
+    The vocabulary head of both language models: BERT reads it at masked positions, the causal model at every
+    position (transformers' `BertLMPredictionHead`, exported as `cls.predictions`).
+    """
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -285,7 +304,7 @@ class BertForPreTraining(nn.Module):
         super().__init__()
         self.config = config
         self.bert = BertModel(config)
-        self.mlm_head = MLMHead(config)
+        self.mlm_head = LMPredictionHead(config)
         self.nsp_head = nn.Linear(config.hidden_size, 2)
         self.apply(lambda m: init_weights(m, config.initializer_range))
 
@@ -358,6 +377,56 @@ class BertForPreTraining(nn.Module):
 
 
 @dataclass
+class CausalLMOutput:
+    """What BertLMHeadModel.forward returns (the fields of transformers' CausalLMOutput)."""
+
+    loss: torch.Tensor | None  # mean next-token cross-entropy over the labelled targets
+    logits: torch.Tensor  # (B, T, V): position t scores the token at t + 1
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+class BertLMHeadModel(nn.Module):
+    """The encoder with a causal mask and the vocabulary head: GPT's next-word task on BERT's stack.
+
+    The same embeddings, layers and head as BertForPreTraining (no pooler, no NSP head), with
+    `config.is_decoder` making every attention causal. transformers' `BertLMHeadModel` with the same names.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        if not config.is_decoder:
+            raise ValueError("BertLMHeadModel needs config.is_decoder=True (causal attention)")
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.lm_head = LMPredictionHead(config)
+        self.apply(lambda m: init_weights(m, config.initializer_range))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> CausalLMOutput:
+        """labels (B, T): as transformers, the input ids themselves (-100 where nothing is to be predicted);
+        the model shifts them, so that the logits at position t are scored against labels[:, t + 1]."""
+        enc = self.bert(input_ids, token_type_ids, attention_mask, output_attentions, output_hidden_states)
+        logits = self.lm_head(enc.last_hidden_state, self.bert.embeddings.word_embeddings.weight)  # (B, T, V)
+        loss = None
+        if labels is not None:
+            targets = labels[:, 1:].reshape(
+                -1
+            )  # (B * (T - 1),): the next token of every position but the last
+            scores = logits[:, :-1].reshape(-1, logits.size(-1)).float()
+            n_targets = (targets != IGNORE_INDEX).sum().clamp(min=1)
+            loss = F.cross_entropy(scores, targets, reduction="sum") / n_targets
+        return CausalLMOutput(loss, logits, enc.hidden_states, enc.attentions)
+
+
+@dataclass
 class SequenceClassifierOutput:
     loss: torch.Tensor | None
     logits: torch.Tensor  # (B, num_labels); for regression num_labels == 1
@@ -399,6 +468,9 @@ class BertForSequenceClassification(nn.Module):
 __all__ = [
     "IGNORE_INDEX",
     "BertForPreTraining",
+    "BertLMHeadModel",
+    "CausalLMOutput",
+    "LMPredictionHead",
     "BertForSequenceClassification",
     "BertModel",
     "EncoderOutput",

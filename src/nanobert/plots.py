@@ -14,7 +14,8 @@ from nanobert.errors import NanobertError
 
 
 def plot_curves(metrics_path: str | Path, out_path: str | Path) -> Path:
-    """Draw curves.png: left, train loss / MLM / NSP and held-out MLM / NSP loss; right, held-out accuracy."""
+    """Draw curves.png: left, the losses (train and held-out, whichever the run logged: MLM and NSP, or the
+    next-word loss); right, the held-out accuracies."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only; never needs a display
@@ -22,37 +23,27 @@ def plot_curves(metrics_path: str | Path, out_path: str | Path) -> Path:
 
     rows = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
     train = [r for r in rows if r["split"] == "train"]
-    valid = [r for r in rows if r["split"] == "valid"]
+    held = [r for r in rows if r["split"] != "train"]
+    split_name = held[0]["split"] if held else "held-out"
+    losses = [k for k in dict.fromkeys(k for r in rows for k in r) if k.endswith("_loss")]
+    accuracies = [k for k in dict.fromkeys(k for r in held for k in r) if k.endswith("_accuracy")]
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
-    for key, style in (("mlm_loss", "-"), ("nsp_loss", "--")):
-        if train:
-            ax_loss.plot([r["step"] for r in train], [r[key] for r in train], style, label=f"train {key}")
-        if valid:
-            ax_loss.plot(
-                [r["step"] for r in valid],
-                [r[key] for r in valid],
-                style + "o",
-                markersize=3,
-                label=f"held-out {key}",
-            )
-    ax_loss.set_xlabel("step")
-    ax_loss.set_ylabel("loss")
-    ax_loss.set_title("losses")
-    ax_loss.legend(fontsize=8)
-    for key in ("mlm_accuracy", "nsp_accuracy"):
-        if valid:
-            ax_acc.plot(
-                [r["step"] for r in valid],
-                [r[key] for r in valid],
-                "o-",
-                markersize=3,
-                label=f"held-out {key}",
-            )
-    ax_acc.set_xlabel("step")
-    ax_acc.set_ylabel("accuracy")
+    for i, key in enumerate(losses):
+        style = "-" if i % 2 == 0 else "--"
+        for part, name, marker in ((train, "train", ""), (held, split_name, "o")):
+            points = [(r["step"], r[key]) for r in part if key in r]
+            if points:
+                ax_loss.plot(*zip(*points, strict=True), style + marker, markersize=3, label=f"{name} {key}")
+    for key in accuracies:
+        points = [(r["step"], r[key]) for r in held if key in r]
+        ax_acc.plot(*zip(*points, strict=True), "o-", markersize=3, label=f"{split_name} {key}")
+    for ax, title, ylabel in ((ax_loss, "losses", "loss"), (ax_acc, f"{split_name} accuracy", "accuracy")):
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        if ax.lines:
+            ax.legend(fontsize=8)
     ax_acc.set_ylim(0, 1)
-    ax_acc.set_title("held-out accuracy")
-    ax_acc.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out_path, dpi=100)
     plt.close(fig)

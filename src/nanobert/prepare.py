@@ -55,6 +55,7 @@ from nanobert.pretraining_data import (
     Instance,
     _instances_from_document,  # google's per-document algorithm, here fed documents read from the memmap
     batches,
+    causal_batches,
 )
 from nanobert.tokenizer import encode_sentences, load_tokenizer, save_tokenizer, train_tokenizer
 
@@ -451,6 +452,9 @@ class WindowedInstances:
     def batches(self, epoch: int, window: int) -> list[list[Instance]]:
         # `batches` is seeded by (seed, an int): windows of one epoch get distinct ints.
         key = epoch * 1_000_003 + window
+        if self.cfg.objective == "causal":  # next-word windows of this group of documents
+            documents = [self.split[d] for d in self._epoch_windows(epoch)[window].tolist()]
+            return causal_batches(documents, self.cfg.max_seq_len, self.cfg.batch_size, self.cfg.seed, key)
         return batches(
             self.instances(epoch, window),
             self.cfg.batch_size,

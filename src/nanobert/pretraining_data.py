@@ -7,6 +7,10 @@ sentences put back, and the longer side truncated at a random end. Masking is no
 `MaskingCollator` (the dynamic masking of RoBERTa, Liu et al. 2019), with google's exact count of predictions
 per sequence and its 80/10/10 rule. `batches` shuffles and groups instances, optionally length-bucketed.
 
+The causal objective (GPT, Radford et al. 2018) needs neither pairs nor masks: `causal_windows` reads the
+corpus as one stream of tokens, documents separated by [SEP], and cuts it into windows that each start with
+[CLS]; `CausalCollator` stacks them with labels equal to the inputs (the model shifts them by one).
+
 Everything except the collator is a pure function of its arguments and `(seed, epoch)`; the collator owns one
 `torch.Generator` whose state can be saved and restored so a resumed run masks exactly as the original.
 """
@@ -25,9 +29,12 @@ from nanobert.tokenizer import CLS_ID, MASK_ID, NUM_SPECIAL_TOKENS, PAD_ID, SEP_
 
 __all__ = [
     "IGNORE_INDEX",
+    "CausalCollator",
     "Instance",
     "MaskingCollator",
     "batches",
+    "causal_batches",
+    "causal_windows",
     "create_instances",
     "masked_positions",
     "nsp_documents",
@@ -428,3 +435,71 @@ def word_start_table(tokenizer: Any, vocab_size: int) -> torch.Tensor:
         if token.startswith("##") and idx < vocab_size:
             table[idx] = False
     return table
+
+
+def causal_windows(
+    documents: list[list[list[int]]],
+    seq_len: int,
+    seed: int,
+    epoch: int = 0,
+    shuffle: bool = True,
+    keep_last: bool = False,
+) -> list[list[int]]:
+    """Windows of the corpus for next-token training: `[CLS]` and then `seq_len - 1` tokens of the stream.
+
+    The stream is every document's sentences in order, each document followed by [SEP] (so the model also
+    learns where a document ends). With `shuffle` (training) the first window starts at an offset drawn from
+    (seed, epoch), so each epoch cuts the text at other places, and the windows come out in a shuffled order;
+    without it (held-out data) the cut starts at 0 and the order is the text's. The last, shorter window is
+    kept only with `keep_last`. A pure function of its arguments.
+    """
+    if seq_len < 2:
+        raise NanobertError(f"seq_len={seq_len} is too small; a window needs [CLS] and at least one token")
+    stream = [t for doc in documents for t in [*(t for sentence in doc for t in sentence), SEP_ID]]
+    span = seq_len - 1
+    rng = _rng("causal", seed, epoch)
+    start = rng.randrange(span) if shuffle else 0
+    windows = [[CLS_ID, *stream[i : i + span]] for i in range(start, len(stream), span)]
+    if windows and len(windows[-1]) < seq_len and not keep_last:
+        windows.pop()
+    if shuffle:
+        rng.shuffle(windows)
+    return windows
+
+
+def causal_batches(
+    documents: list[list[list[int]]], seq_len: int, batch_size: int, seed: int, epoch: int
+) -> list[list[list[int]]]:
+    """One epoch of shuffled training windows (`causal_windows`), `batch_size` to a batch."""
+    windows = causal_windows(documents, seq_len, seed, epoch)
+    return [windows[i : i + batch_size] for i in range(0, len(windows), batch_size)]
+
+
+class CausalCollator:
+    """Stacks causal windows (lists of ids) into a batch: `input_ids`, `token_type_ids` (all 0),
+    `attention_mask` and `labels` = the inputs with -100 at padding and at [CLS], which nothing predicts.
+
+    Nothing here is random; `state_dict` exists so a batch stream can treat it like `MaskingCollator`.
+    """
+
+    def __init__(self, pad_to_multiple_of: int | None = None, pad_id: int = PAD_ID):
+        self.pad_to_multiple_of, self.pad_id = pad_to_multiple_of, pad_id
+
+    def __call__(self, windows: list[list[int]]) -> dict[str, torch.Tensor]:
+        if not windows:
+            raise NanobertError("cannot collate an empty batch; check batch_size and the corpus size")
+        input_ids, mask = pad(windows, self.pad_id, multiple_of=self.pad_to_multiple_of)  # (B, T)
+        labels = input_ids.masked_fill(~mask, IGNORE_INDEX)
+        labels[:, 0] = IGNORE_INDEX  # position 0 has no left context to predict it from
+        return {
+            "input_ids": input_ids,
+            "token_type_ids": torch.zeros_like(input_ids),
+            "attention_mask": mask.long(),
+            "labels": labels,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass

@@ -34,14 +34,17 @@ class ReferenceConfig:
     num_attention_heads: int
     layer_norm_eps: float
     pre_layer_norm: bool = False
+    is_decoder: bool = (
+        False  # causal attention and the next-word head (a `pretrain --objective causal` model)
+    )
 
 
 @dataclass
 class ReferenceOutput:
-    prediction_logits: np.ndarray  # (B, T, V)
-    seq_relationship_logits: np.ndarray  # (B, 2): 0 = IsNext, 1 = NotNext
+    prediction_logits: np.ndarray  # (B, T, V): the masked-LM head, or the next-word head of a causal model
+    seq_relationship_logits: np.ndarray | None  # (B, 2): 0 = IsNext, 1 = NotNext; None for a causal model
     last_hidden_state: np.ndarray  # (B, T, H)
-    pooler_output: np.ndarray  # (B, H)
+    pooler_output: np.ndarray | None  # (B, H); None for a causal model
     attentions: list[np.ndarray]  # L x (B, nh, T, T)
 
 
@@ -86,12 +89,14 @@ def embeddings(w: Weights, input_ids: np.ndarray, token_type_ids: np.ndarray, ep
 
 
 def self_attention(
-    w: Weights, prefix: str, x: np.ndarray, key_mask: np.ndarray, num_heads: int
+    w: Weights, prefix: str, x: np.ndarray, key_mask: np.ndarray, num_heads: int, causal: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """Multi-head scaled dot-product attention (Vaswani et al. section 3.2).
 
-    x (B, T, H); key_mask (B, T) bool, False at padding. Returns the output (B, T, H) and the attention
-    probabilities (B, nh, T, T). nanobert stores W_Q, W_K, W_V stacked in one (3H, H) matrix.
+    x (B, T, H); key_mask (B, T) bool, False at padding. `causal`: query i may attend only to keys 0..i
+    (the decoder's mask of section 3.2.3), which makes the probabilities zero above the diagonal. Returns
+    the output (B, T, H) and the attention probabilities (B, nh, T, T). nanobert stores W_Q, W_K, W_V
+    stacked in one (3H, H) matrix.
     """
     B, T, H = x.shape
     hd = H // num_heads
@@ -102,7 +107,10 @@ def self_attention(
 
     q, k, v = heads(q), heads(k), heads(v)
     scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(hd)  # (B, nh, T, T): query i . key j
-    scores = np.where(key_mask[:, None, None, :], scores, -np.inf)  # never attend to padding
+    allowed = key_mask[:, None, None, :]  # (B, 1, 1, T): never attend to padding
+    if causal:
+        allowed = allowed & np.tril(np.ones((T, T), bool))  # (B, 1, T, T): nor to a later token
+    scores = np.where(allowed, scores, -np.inf)
     probs = softmax(scores, axis=-1)  # each row sums to 1
     y = (probs @ v).transpose(0, 2, 1, 3).reshape(B, T, H)  # weighted values, heads concatenated
     return linear(y, w, prefix + "output"), probs
@@ -126,11 +134,12 @@ def encoder_layer(
             layer_norm(x, w, p + "attention_layer_norm", eps),
             key_mask,
             cfg.num_attention_heads,
+            cfg.is_decoder,
         )
         x = x + a
         x = x + feed_forward(w, p + "feed_forward.", layer_norm(x, w, p + "output_layer_norm", eps))
         return x, probs
-    a, probs = self_attention(w, p + "attention.", x, key_mask, cfg.num_attention_heads)
+    a, probs = self_attention(w, p + "attention.", x, key_mask, cfg.num_attention_heads, cfg.is_decoder)
     x = layer_norm(x + a, w, p + "attention_layer_norm", eps)
     x = layer_norm(x + feed_forward(w, p + "feed_forward.", x), w, p + "output_layer_norm", eps)
     return x, probs
@@ -143,7 +152,8 @@ def forward(
     token_type_ids: np.ndarray | None = None,
     attention_mask: np.ndarray | None = None,
 ) -> ReferenceOutput:
-    """The whole of BertForPreTraining in eval mode: the encoder, the pooler, and both heads.
+    """The whole of BertForPreTraining in eval mode: the encoder, the pooler, and both heads; or, for a causal
+    model (`cfg.is_decoder`), of BertLMHeadModel: the encoder with causal attention and the next-word head.
 
     input_ids, token_type_ids, attention_mask: (B, T) integers (attention_mask 1 = token, 0 = padding).
     """
@@ -157,13 +167,17 @@ def forward(
         attentions.append(probs)
     if cfg.pre_layer_norm:
         x = layer_norm(x, w, "bert.final_layer_norm", cfg.layer_norm_eps)
-    # NSP (section 3.1, task 2): the [CLS] vector through the pooler (dense + tanh), then two logits.
-    pooled = np.tanh(linear(x[:, 0], w, "bert.pooler"))  # (B, H)
-    nsp_logits = linear(pooled, w, "nsp_head")  # (B, 2)
-    # Masked LM (task 1): dense + GELU + LayerNorm, then scores against every token embedding (tied).
-    h = layer_norm(gelu(linear(x, w, "mlm_head.dense")), w, "mlm_head.layer_norm", cfg.layer_norm_eps)
-    mlm_logits = h @ w["bert.embeddings.word_embeddings.weight"].T + w["mlm_head.bias"]  # (B, T, V)
-    return ReferenceOutput(mlm_logits, nsp_logits, x, pooled, attentions)
+    pooled = nsp_logits = None
+    if not cfg.is_decoder:
+        # NSP (section 3.1, task 2): the [CLS] vector through the pooler (dense + tanh), then two logits.
+        pooled = np.tanh(linear(x[:, 0], w, "bert.pooler"))  # (B, H)
+        nsp_logits = linear(pooled, w, "nsp_head")  # (B, 2)
+    # Masked LM (task 1), or the next word: dense + GELU + LayerNorm, then scores against every token
+    # embedding (tied). A causal model's output at position t scores the token at t + 1.
+    head = "lm_head" if cfg.is_decoder else "mlm_head"
+    h = layer_norm(gelu(linear(x, w, f"{head}.dense")), w, f"{head}.layer_norm", cfg.layer_norm_eps)
+    logits = h @ w["bert.embeddings.word_embeddings.weight"].T + w[f"{head}.bias"]  # (B, T, V)
+    return ReferenceOutput(logits, nsp_logits, x, pooled, attentions)
 
 
 # --- loading ---------------------------------------------------------------------------------------------
@@ -184,6 +198,7 @@ def load_reference(checkpoint: str | Path) -> tuple[Weights, ReferenceConfig]:
             num_attention_heads=int(model["num_attention_heads"]),
             layer_norm_eps=float(model["layer_norm_eps"]),
             pre_layer_norm=bool(model.get("pre_layer_norm", False)),
+            is_decoder=bool(model.get("is_decoder", False)),
         )
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, UnicodeDecodeError):
         raise NanobertError(f"{config_path} is not a nanobert checkpoint config (corrupt?)") from None

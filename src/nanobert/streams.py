@@ -1,4 +1,5 @@
-"""Pretraining batches as a stream: epoch after epoch of fresh NSP instances, masked, ready for the device.
+"""Pretraining batches as a stream: epoch after epoch of fresh NSP instances, masked, ready for the device
+(or, for the causal objective, next-word windows of the corpus).
 
 `BatchStream` walks a source of instance batches (an in-memory tokenized corpus, `CorpusInstances`, or a
 prepared corpus read a window at a time, `prepare.WindowedInstances`), masks each batch with the collator and
@@ -22,6 +23,7 @@ from nanobert.pretraining_data import (
     Instance,
     MaskingCollator,
     batches,
+    causal_batches,
     create_instances,
     query_layout,
 )
@@ -47,6 +49,8 @@ class CorpusInstances:
 
     def batches(self, epoch: int, window: int) -> list[list[Instance]]:
         cfg = self.cfg
+        if cfg.objective == "causal":
+            return causal_batches(self.tokenized, cfg.max_seq_len, cfg.batch_size, cfg.seed, epoch)
         instances = [
             inst
             for dupe in range(cfg.dupe_factor)  # each set pairs and splits the documents afresh
@@ -65,8 +69,9 @@ def shard_batch(batch: dict[str, torch.Tensor], rank: int, world_size: int) -> d
     """This rank's rows of a collated global batch, plus `loss_share` (2,): its share of the global loss.
 
     Rank r takes rows r, r + world_size, ... (strided, so length-bucketed rows spread evenly).
-    `loss_share` is (this rank's masked tokens / the batch's, its rows / the batch's): the rank's mean MLM and
-    NSP losses times these shares sum over ranks to the global batch's means, so with the sum scaled by
+    `loss_share` is (this rank's labelled tokens / the batch's, its rows / the batch's): the rank's mean
+    token loss (MLM or next word) and NSP loss times these shares sum over ranks to the global batch's
+    means, so with the sum scaled by
     world_size, DDP's averaged gradient is the global batch's gradient. A rank left without rows (a final
     batch smaller than the world) trains on row 0 with share 0, so it still joins the gradient all-reduce.
     A single process gets the whole batch with shares (1, 1).
@@ -88,7 +93,8 @@ def shard_batch(batch: dict[str, torch.Tensor], rank: int, world_size: int) -> d
 
 
 class BatchStream:
-    """Endless pre-collated training batches: epoch after epoch of fresh NSP instances and masks.
+    """Endless pre-collated training batches: epoch after epoch of fresh NSP instances and masks (or, for the
+    causal objective, of next-word windows cut at fresh places).
 
     `source` is a tokenized corpus (a list, see `CorpusInstances`) or a `WindowedInstances` over a prepared
     corpus; an epoch is its windows in turn. With `world_size > 1` every rank walks the same global batches
@@ -134,10 +140,11 @@ class BatchStream:
         batch = self.collator(self._load()[self.index])
         self.index += 1
         batch = shard_batch(batch, self.rank, self.world_size)
-        # [CLS] and the masked positions, so the model's last layer computes only those (model.py).
-        batch["query_positions"], batch["mlm_positions"] = query_layout(
-            batch["labels"], MLM_POSITIONS_MULTIPLE, QUERY_WIDTH_MULTIPLE
-        )
+        if self.cfg.objective == "mlm_nsp":
+            # [CLS] and the masked positions, so the model's last layer computes only those (model.py).
+            batch["query_positions"], batch["mlm_positions"] = query_layout(
+                batch["labels"], MLM_POSITIONS_MULTIPLE, QUERY_WIDTH_MULTIPLE
+            )
         if bool(batch["attention_mask"].all()):
             # No padding: no mask, which lets SDPA use its fastest (flash) kernel. Decided here, on the host.
             del batch["attention_mask"]

@@ -1,9 +1,10 @@
-"""Pretraining with masked-LM + next-sentence prediction: the job behind `nanobert pretrain`.
+"""Pretraining with masked-LM + next-sentence prediction (or, with `objective="causal"`, GPT's next-word
+task on the same stack): the job behind `nanobert pretrain`.
 
 Follows nanoGPT's train.py and litgpt's pretrain.py: `pretrain()` is setup (data, tokenizer, model,
 optimizer, batch stream), the shared loop (`engine.fit`), and a summary. The loop is the one every job runs;
-what is particular to pretraining is handed to it: the MLM + NSP loss, the held-out evaluation, and
-checkpoints that carry everything a resume needs.
+what is particular to pretraining is handed to it: the objective's loss and held-out evaluation
+(`OBJECTIVES`), and checkpoints that carry everything a resume needs.
 
 Reproducibility: everything random flows from `seed`: the model init and dropout (torch's global RNG), the
 NSP instances and batch order (pure functions of (seed, epoch)), and the masking (the collator's own
@@ -35,7 +36,8 @@ from tokenizers import Tokenizer
 from torch.nn.parallel import DistributedDataParallel
 
 from nanobert.checkpoint import (
-    load_pretraining_checkpoint,
+    checkpoint_kind,
+    load_language_model,
     load_train_config,
     load_trainer_state,
     read_config,
@@ -46,12 +48,12 @@ from nanobert.device import autocast_dtype, hardware_description, resolve_device
 from nanobert.distributed import Distributed, from_environment
 from nanobert.engine import Job, Outcome, Plan, RunState, fit, restore_rng, run_summary
 from nanobert.errors import NanobertError
-from nanobert.evaluate import evaluate_model, prepare_eval_batches
-from nanobert.model import BertForPreTraining
+from nanobert.model import BertForPreTraining, BertLMHeadModel
+from nanobert.objectives import OBJECTIVES, collator, eval_batches
 from nanobert.optim import build_optimizer
 from nanobert.plots import plot_curves
 from nanobert.prepare import WindowedInstances
-from nanobert.pretraining_data import MaskingCollator, nsp_documents, word_start_table
+from nanobert.pretraining_data import nsp_documents
 from nanobert.run_log import METRICS_NAME, RunLog, prepare_out_dir, write_summary
 from nanobert.sources import DataSources
 from nanobert.streams import BatchStream, feeder
@@ -67,7 +69,7 @@ class _Setup:
     cfg: TrainConfig
     sources: DataSources
     out_dir: Path
-    model: BertForPreTraining
+    model: BertForPreTraining | BertLMHeadModel
     tokenizer: Any
     stream: BatchStream
     eval_batches: list[dict[str, torch.Tensor]]
@@ -91,7 +93,8 @@ def pretrain(
     announce: str | None = None,
     quiet: bool = False,
 ) -> dict[str, Any]:
-    """Train BertForPreTraining with MLM + NSP; write best/, last/, metrics.jsonl, summary.json, curves.png.
+    """Train BertForPreTraining with MLM + NSP, or BertLMHeadModel on the next word with
+    `train_config.objective="causal"`; write best/, last/, metrics.jsonl, summary.json, curves.png.
 
     With `resume` (a checkpoint directory), weights, optimizer, data position and RNG states come from it and
     the run continues its original plan; `train_config` then only changes the length (max_steps counts all
@@ -150,35 +153,22 @@ def _setup(
     torch.manual_seed(cfg.seed)
     data = _data_and_model(ctx, device, model_config, cfg, sources, resume, tokenizer_dir)
     vocab_size = data.model.config.vocab_size
-    eval_batches: list[dict[str, torch.Tensor]] = []  # only rank 0 evaluates
-    ctx.on_main(
-        lambda: eval_batches.extend(
-            prepare_eval_batches(
-                data.held_out, cfg.max_seq_len, cfg.eval_batch_size, vocab_size, cfg.eval_seed
-            )
-        )
-    )
+    held_out: list[dict[str, torch.Tensor]] = []  # only rank 0 evaluates
+    ctx.on_main(lambda: held_out.extend(eval_batches(cfg, data.held_out, vocab_size)))
     if ctx.is_main and not in_place:
         prepare_out_dir(out_dir, overwrite)
-    collator = MaskingCollator(
-        vocab_size,
-        mask_prob=cfg.mask_prob,
-        max_predictions=cfg.max_predictions,
-        pad_to_multiple_of=cfg.pad_to_multiple_of,
-        seed=cfg.seed,
-        whole_word_mask=cfg.whole_word_mask,
-        word_start=word_start_table(data.tokenizer, vocab_size) if cfg.whole_word_mask else None,
+    stream = BatchStream(
+        data.source, cfg, collator(cfg, data.tokenizer, vocab_size), ctx.rank, ctx.world_size
     )
-    stream = BatchStream(data.source, cfg, collator, ctx.rank, ctx.world_size)
     return _Setup(
-        ctx, device, cfg, sources, out_dir, data.model, data.tokenizer, stream, eval_batches, data.note,
+        ctx, device, cfg, sources, out_dir, data.model, data.tokenizer, stream, held_out, data.note,
         data.counts, resume, resume_state,
     )  # fmt: skip
 
 
 class _Data(NamedTuple):
     tokenizer: Tokenizer
-    model: BertForPreTraining
+    model: BertForPreTraining | BertLMHeadModel
     source: list[list[list[int]]] | WindowedInstances  # what BatchStream walks
     counts: tuple[int, int]  # training documents and sentences
     held_out: list[list[list[int]]]
@@ -202,7 +192,11 @@ def _data_and_model(
     documents = sources.documents() if prepared is None else None
     if resume is not None:
         tokenizer = load_tokenizer(resume)
-        model, _ = load_pretraining_checkpoint(resume, map_location=device)
+        model, config = load_language_model(resume, map_location=device)
+        if checkpoint_kind(config) != OBJECTIVES[cfg.objective].kind:
+            raise NanobertError(
+                f"{resume} holds a {checkpoint_kind(config)} model; it cannot resume {cfg.objective}"
+            )
     else:
         if prepared is not None:
             tokenizer = prepared.tokenizer()
@@ -214,7 +208,8 @@ def _data_and_model(
     if prepared is None:
         train_docs, held_docs, note = documents
         source = encode_documents(tokenizer, train_docs)
-        nsp_documents(source)  # fail on a one-document corpus now, not at the first batch
+        if cfg.objective == "mlm_nsp":
+            nsp_documents(source)  # fail on a one-document corpus now, not at the first batch
         counts = (len(train_docs), sum(map(len, train_docs)))
         return _Data(tokenizer, model, source, counts, encode_documents(tokenizer, held_docs), note)
     if tokenizer.get_vocab() != prepared.tokenizer().get_vocab():
@@ -247,14 +242,15 @@ def _new_tokenizer(
 
 
 def _new_model(model_config: ModelConfig, cfg: TrainConfig, vocab_size: int, device: torch.device):
-    """A freshly initialised BertForPreTraining whose vocabulary is the trained tokenizer's."""
-    model_config = dataclasses.replace(model_config, vocab_size=vocab_size)
+    """A freshly initialised model for the objective, whose vocabulary is the trained tokenizer's."""
+    causal = cfg.objective == "causal"
+    model_config = dataclasses.replace(model_config, vocab_size=vocab_size, is_decoder=causal)
     if cfg.max_seq_len > model_config.max_position_embeddings:
         raise NanobertError(
             f"max_seq_len {cfg.max_seq_len} exceeds max_position_embeddings "
             f"{model_config.max_position_embeddings}"
         )
-    return BertForPreTraining(model_config).to(device)
+    return OBJECTIVES[cfg.objective].model(model_config).to(device)
 
 
 def _plan(cfg: TrainConfig, stream: BatchStream, stop_after: int | None) -> Plan:
@@ -281,14 +277,6 @@ def _plan(cfg: TrainConfig, stream: BatchStream, stop_after: int | None) -> Plan
     )
 
 
-def mlm_nsp_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """This rank's part of the global batch's MLM + NSP loss (`streams.shard_batch`'s `loss_share`)."""
-    share = batch.pop("loss_share")
-    out = model(**batch)
-    mlm, nsp = out.mlm_loss * share[0], out.nsp_loss * share[1]
-    return {"loss": mlm + nsp, "mlm_loss": mlm, "nsp_loss": nsp}
-
-
 def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool):
     """What the loop needs: optimizer, feeder, loss, evaluation and saving, restored from a resume."""
     s, cfg, model, device = setup, setup.cfg, setup.model, setup.device
@@ -308,12 +296,12 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
         device_ids = [device.index] if device.type == "cuda" else None
         train_model = DistributedDataParallel(train_model, device_ids=device_ids)
     amp_dtype = autocast_dtype(cfg.precision, device)
+    objective = OBJECTIVES[cfg.objective]
     extra = {"data": dataclasses.asdict(s.sources), "preset": preset}
 
     def save(name: str, run: RunState, state: dict | None) -> Path:
-        return save_checkpoint(
-            s.out_dir / name, model, cfg, s.tokenizer, state, extra={**extra, "step": run.step}
-        )
+        path, tokenizer, extras = s.out_dir / name, s.tokenizer, {**extra, "step": run.step}
+        return save_checkpoint(path, model, cfg, tokenizer, state, extra=extras, kind=objective.kind)
 
     job = Job(
         model=model,
@@ -321,12 +309,13 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
         optimizer=optimizer,
         feeder=feeder(s.stream, device),
         data_state=s.stream.state_dict(),
-        loss=mlm_nsp_loss,
-        evaluate=lambda: evaluate_model(model, s.eval_batches, device, amp_dtype),
+        loss=objective.loss,
+        evaluate=lambda: objective.evaluate(model, s.eval_batches, device, amp_dtype),
         save=save,
         device=device,
         amp_dtype=amp_dtype,
         ctx=s.ctx,
+        metric=objective.metric,
         saved=(s.resume, run.step) if s.resume is not None else None,
     )
     log = RunLog(s.out_dir, plan.total_steps, run.step, quiet, write=s.ctx.is_main)
@@ -416,4 +405,4 @@ def resume_configs(
     return config_from_dict(ModelConfig, config["model"]), train_config, DataSources(**merged)
 
 
-__all__ = ["mlm_nsp_loss", "pretrain", "resume_configs"]
+__all__ = ["pretrain", "resume_configs"]
