@@ -67,6 +67,7 @@ def train_tiny_checkpoint(root: Path, steps: int = 3, objective: str = "mlm_nsp"
     from nanobert.sources import DataSources
     from nanobert.train import pretrain
 
+    root.mkdir(parents=True, exist_ok=True)
     corpus = write_corpus(root / "corpus.txt")
     settings = [*TINY_SET, "device=cpu", f"max_steps={steps}", f"objective={objective}"]
     model_over, train_over = parse_overrides(settings)

@@ -46,11 +46,13 @@ FLOORS = {
     # 8: the jobs
     "train": 8,
     "finetune": 8,
-    "cli": 9,  # the command line on top
-    "__main__": 10,
-    "__init__": 10,  # lazy re-exports (importlib), imported by nobody inside the package
+    "serve": 9,  # the browser page, over the jobs' and inference's library calls
+    "cli": 10,  # the command line on top
+    "__main__": 11,
+    "__init__": 11,  # lazy re-exports (importlib), imported by nobody inside the package
 }
-OPTIONAL = {"datasets", "transformers", "matplotlib"}  # may be imported inside the function that needs them
+# Optional packages, imported inside the function that needs them.
+OPTIONAL = {"datasets", "transformers", "matplotlib", "fastapi", "uvicorn"}
 LATE_NANOBERT_OK = {"cli"}  # the CLI imports its commands' modules when they run, for start-up speed
 
 

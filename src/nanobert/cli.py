@@ -569,6 +569,31 @@ def _cmd_import_hf(args) -> int:
     return _emit(args, {**asdict(result), "out": str(result.out)}, "\n".join(lines))
 
 
+# ----------------------------------------------------------------------------------------------------------
+# serve
+
+
+def _add_serve(sub) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="a local page to play with a checkpoint and watch a run",
+        description="Serve a page for a checkpoint (fill-mask, NSP, attention, explain, generate, labels) or "
+        "a run directory (its curves, refreshed while it trains). Ctrl-C stops it.",
+    )
+    p.add_argument("path", metavar="PATH", help="a checkpoint (RUN/best) or a run directory (RUN)")
+    p.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="default 8000")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu")
+    p.set_defaults(func=_cmd_serve)
+
+
+def _cmd_serve(args) -> int:
+    from nanobert.serve import serve
+
+    serve(args.path, host=args.host, port=args.port, device=args.device)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="nanobert", description="Pretrain, inspect, fine-tune and export a from-scratch BERT."
@@ -589,6 +614,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_explain(sub)
     _add_export_hf(sub)
     _add_import_hf(sub)
+    _add_serve(sub)
     return parser
 
 

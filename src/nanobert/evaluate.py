@@ -24,7 +24,13 @@ from nanobert.config import config_from_dict
 from nanobert.device import autocast, autocast_dtype, resolve_device
 from nanobert.errors import NanobertError
 from nanobert.model import IGNORE_INDEX, BertForPreTraining, BertLMHeadModel
-from nanobert.pretraining_data import CausalCollator, MaskingCollator, causal_windows, create_instances
+from nanobert.pretraining_data import (
+    CausalCollator,
+    Instance,
+    MaskingCollator,
+    causal_windows,
+    create_instances,
+)
 from nanobert.sources import DataSources
 from nanobert.tokenizer import load_tokenizer
 
@@ -33,15 +39,20 @@ CAUSAL_METRIC_KEYS = ("lm_loss", "lm_accuracy", "lm_perplexity")
 EVAL_MASK_PROB = 0.15  # the standard rate for held-out figures, independent of the training recipe
 
 
+def eval_instances(tokenized: list[list[list[int]]], max_seq_len: int, eval_seed: int = 0) -> list[Instance]:
+    """The held-out NSP instances, in the order `prepare_eval_batches` batches them (a pure function)."""
+    instances = create_instances(tokenized, max_seq_len, seed=eval_seed, epoch=0)
+    if not instances:
+        raise NanobertError("the held-out split yields no NSP instances; give it more text")
+    # Sorting by length keeps padding small; order does not affect the summed metrics. The sort is stable.
+    return sorted(instances, key=lambda inst: len(inst.input_ids))
+
+
 def prepare_eval_batches(
     tokenized: list[list[list[int]]], max_seq_len: int, batch_size: int, vocab_size: int, eval_seed: int = 0
 ) -> list[dict[str, torch.Tensor]]:
     """The fixed, pre-masked held-out batches (built once, reused at every evaluation)."""
-    instances = create_instances(tokenized, max_seq_len, seed=eval_seed, epoch=0)
-    if not instances:
-        raise NanobertError("the held-out split yields no NSP instances; give it more text")
-    # Sorting by length keeps padding small; order does not affect the summed metrics.
-    instances = sorted(instances, key=lambda inst: len(inst.input_ids))
+    instances = eval_instances(tokenized, max_seq_len, eval_seed)
     collator = MaskingCollator(vocab_size, mask_prob=EVAL_MASK_PROB, seed=eval_seed)
     return [collator(instances[i : i + batch_size]) for i in range(0, len(instances), batch_size)]
 
@@ -179,6 +190,7 @@ __all__ = [
     "evaluate_causal",
     "evaluate_checkpoint",
     "evaluate_model",
+    "eval_instances",
     "prepare_causal_eval_batches",
     "prepare_eval_batches",
 ]

@@ -299,6 +299,25 @@ def _job(
 # Prediction
 
 
+def classify(
+    model: BertForSequenceClassification,
+    tokenizer: Any,
+    config: dict,
+    texts_a: list[str],
+    texts_b: list[str] | None = None,
+    batch_size: int = 128,
+) -> np.ndarray:
+    """A fine-tuned model's outputs for texts (and pairs), as trained: (N, num_labels) logits, or scores.
+
+    Encoded with the model's own max_seq_len; `predict` (files) and the browser page (one text) call this.
+    """
+    if any(not t.strip() for t in texts_a + (texts_b or [])):
+        raise NanobertError("a text is empty; give every example some words")
+    device = next(model.parameters()).device
+    ids, types = encode_pairs(tokenizer, texts_a, texts_b, int(config.get("max_seq_len", 128)))
+    return model_outputs(model, Encoded(ids, types), device, autocast_dtype("auto", device), batch_size)
+
+
 def predict(
     model_dir: str | Path,
     input_file: str | Path,
@@ -336,8 +355,7 @@ def predict(
     table = read_table(input_file, fmt, encoding, header=not headerless)
     texts_a = read_texts(table, text_col)
     texts_b = read_texts(table, text_pair_col) if text_pair_col is not None else None
-    ids, types = encode_pairs(tokenizer, texts_a, texts_b, int(config.get("max_seq_len", 128)))
-    outputs = model_outputs(model, Encoded(ids, types), dev, autocast_dtype("auto", dev), batch_size)
+    outputs = classify(model, tokenizer, config, texts_a, texts_b, batch_size)
 
     task, labels = config["task"], config.get("labels")
     if task == "regression":
@@ -375,4 +393,4 @@ def predict(
     return result
 
 
-__all__ = ["METRICS", "build_classifier", "finetune", "model_outputs", "predict"]
+__all__ = ["METRICS", "build_classifier", "classify", "finetune", "model_outputs", "predict"]

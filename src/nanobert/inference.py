@@ -126,6 +126,22 @@ class InferenceModel:
             f"text, so {command} does not apply; use `nanobert fill-mask`, or pretrain --objective causal"
         )
 
+    def check_text(self, text_a: str, text_b: str | None = None) -> None:
+        """NanobertError for an empty text, or one longer than the model's position table (which the other
+        methods would truncate; the browser page says so instead)."""
+        if any(t is not None and not t.strip() for t in (text_a, text_b)):
+            raise NanobertError("the text is empty; type a sentence")
+        if self.kind == CAUSAL_LM:
+            text = text_a if text_b is None else f"{text_a} {text_b}"
+            n = 1 + len(encode_sentences(self.tokenizer, [text])[0])
+        else:
+            n = len(encode_pair(self.tokenizer, text_a, text_b)["input_ids"])
+        if n > self.max_length:
+            raise NanobertError(
+                f"the text has {n} word pieces with its special tokens, more than the model's "
+                f"{self.max_length} positions; shorten it"
+            )
+
     def encode(self, text_a: str, text_b: str | None = None) -> dict[str, list[int]]:
         """The model's input for one text or pair, truncated to its position table: `[CLS] A [SEP] B [SEP]`
         for BERT; for a causal model `[CLS]` and the text (B appended), all segment A, as it read its corpus.
