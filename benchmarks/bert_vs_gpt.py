@@ -213,8 +213,12 @@ def main() -> None:
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides for both runs")
     p.add_argument("--out", required=True, help="where the two runs and results.json go")
     p.add_argument("--skip-training", action="store_true", help="score the runs already in --out")
+    p.add_argument("--report", action="store_true", help="print the table of --out/results.json and stop")
     args = p.parse_args()
     out = Path(args.out)
+    if args.report:
+        print(markdown(json.loads((out / "results.json").read_text())))
+        return
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     if not args.skip_training:

@@ -75,3 +75,59 @@ def train_tiny_checkpoint(root: Path, steps: int = 3, objective: str = "mlm_nsp"
     sources = DataSources.for_new_run(train_file=str(corpus))
     pretrain(model_config, train_config, sources, root / "run", preset=preset, quiet=True)
     return root / "run" / "best"
+
+
+# A generated SQuAD-format task: "NAME went to the PLACE with a COLOR hat ." Questions ask where NAME went
+# (PLACE) or what colour the hat was (COLOR); with `no_answer`, "when did NAME go ?" has no answer (2.0).
+# `filler` sentences of other words make contexts long enough to need several windows.
+QA_NAMES = "alpha bravo charlie delta echo foxtrot golf hotel india juliet".split()
+QA_PLACES = "river forest ocean desert valley mountain field cloud stone harbour".split()
+QA_COLORS = "red green blue amber olive silver yellow purple orange black".split()
+QA_FILLER = "kilo lima mike november oscar papa quebec romeo sierra tango uniform victor whiskey xray".split()
+
+
+def squad_task(n: int, seed: int, no_answer: bool = False, filler: int = 0) -> dict:
+    rng = random.Random(seed)
+    articles = []
+    for a in range(n):
+        name, place, color = rng.choice(QA_NAMES), rng.choice(QA_PLACES), rng.choice(QA_COLORS)
+        sentences = [f"{name.capitalize()} went to the {place} with a {color} hat."]
+        for _ in range(filler):
+            sentences.insert(rng.randrange(len(sentences) + 1), " ".join(rng.sample(QA_FILLER, 5)) + ".")
+        context = " ".join(sentences)
+        qas = [
+            {"id": f"q{a}-where", "question": f"Where did {name} go?",
+             "answers": [{"text": place, "answer_start": context.index(f"the {place} with") + 4}]},
+            {"id": f"q{a}-colour", "question": f"What colour was the hat of {name}?",
+             "answers": [{"text": color, "answer_start": context.index(f"a {color} hat") + 2}]},
+        ]  # fmt: skip
+        if no_answer:
+            qas.append(
+                {"id": f"q{a}-when", "question": f"When did {name} go?", "answers": [], "is_impossible": True}
+            )
+        articles.append({"title": f"t{a}", "paragraphs": [{"context": context, "qas": qas}]})
+    return {"version": "2.0" if no_answer else "1.1", "data": articles}
+
+
+def write_squad_task(path: Path, n: int, seed: int, **kw) -> Path:
+    import json
+
+    path.write_text(json.dumps(squad_task(n, seed, **kw)))
+    return path
+
+
+def qa_checkpoint(root: Path) -> Path:
+    """A tiny randomly initialised post-LN checkpoint whose tokenizer knows the QA task's words."""
+    import torch
+
+    from nanobert.checkpoint import save_checkpoint
+    from nanobert.config import ModelConfig
+    from nanobert.model import BertForPreTraining
+    from nanobert.tokenizer import train_tokenizer
+
+    texts = [p["context"] for a in squad_task(50, 9, filler=2)["data"] for p in a["paragraphs"]]
+    texts += ["Where did go? What colour was the hat of When"] * 5
+    tokenizer = train_tokenizer(texts, vocab_size=200, min_frequency=1)
+    torch.manual_seed(0)
+    config = ModelConfig(**{**TINY_MODEL, "vocab_size": tokenizer.get_vocab_size()})
+    return save_checkpoint(root / "pre", BertForPreTraining(config), None, tokenizer)

@@ -30,6 +30,7 @@ FLOORS = {
     "model": 2,  # the one model file
     # 3: data and checkpoints built on the model's conventions
     "pretraining_data": 3,
+    "qa_data": 3,
     "finetune_data": 3,
     "checkpoint": 3,
     "explain": 3,
@@ -43,9 +44,11 @@ FLOORS = {
     "hf_export": 5,
     "evaluate": 6,
     "objectives": 7,  # what differs between the MLM + NSP and the causal pretraining task
+    "tuning": 7,  # what every fine-tuning job shares: the encoder, epochs with a dev evaluation, best/
     # 8: the jobs
     "train": 8,
     "finetune": 8,
+    "qa": 8,
     "serve": 9,  # the browser page, over the jobs' and inference's library calls
     "cli": 10,  # the command line on top
     "__main__": 11,

@@ -53,3 +53,24 @@ def test_compute_metrics_reads_logits_or_scores():
     }
     scores = compute_metrics("regression", np.array([[1.0], [2.0], [3.0]]), np.array([1.0, 2.0, 4.0]))
     assert scores["mse"] == pytest.approx(1 / 3) and scores["spearman"] == pytest.approx(1.0)
+
+
+def test_squad_normalisation_exact_match_and_f1_by_hand():
+    from nanobert.metrics import exact_match, f1_score, normalize_answer, squad_scores
+
+    assert normalize_answer("The  Denver Broncos!") == "denver broncos"
+    assert normalize_answer("an apple, a pear and the fig.") == "apple pear and fig"
+    assert exact_match("the Denver Broncos", "Denver Broncos.") == 1.0
+    # prediction "Denver Broncos team" vs gold "Broncos": overlap 1, precision 1/3, recall 1 -> F1 0.5
+    assert f1_score("Denver Broncos team", "Broncos") == pytest.approx(0.5)
+    assert f1_score("a b c", "b c d") == pytest.approx(0.8)  # "a" is an article: pred (b, c), gold (b, c, d)
+    assert f1_score("cat cat", "cat") == pytest.approx(2 * 0.5 * 1 / 1.5)  # counts, not sets
+    assert f1_score("", "") == 1.0 and f1_score("x", "") == 0.0  # SQuAD 2.0's no-answer agreement
+    scores = squad_scores(
+        {"q1": "Denver Broncos", "q2": "Santa Clara", "q3": "", "q4": "wrong"},
+        {"q1": ["Denver Broncos", "The Broncos"], "q2": ["Levi's Stadium", "Santa Clara, California"],
+         "q3": [], "q4": ["right"], "q5": ["never answered"]},
+    )  # fmt: skip
+    # q1 exact; q2 F1 against its best gold 2 * (1 * 2/3) / (1 + 2/3) = 0.8; q3 no answer, right; q4, q5 zero
+    assert scores["exact_match"] == pytest.approx(100 * 2 / 5)
+    assert scores["f1"] == pytest.approx(100 * (1 + 0.8 + 1) / 5)

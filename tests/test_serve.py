@@ -281,3 +281,35 @@ def test_a_run_in_progress_refreshes(browser, tmp_path):
             "document.getElementById('run-state').textContent.includes('step 3')", timeout=15000
         )
         page.close()
+
+
+def test_a_qa_checkpoint_gets_the_answer_panel(browser, tmp_path, capsys):
+    from helpers import qa_checkpoint, write_squad_task
+
+    from nanobert.config import QAConfig
+    from nanobert.qa import finetune_qa
+
+    train = write_squad_task(tmp_path / "train.json", 200, 0)
+    cfg = QAConfig(
+        epochs=2, learning_rate=3e-3, batch_size=16, max_seq_len=48, device="cpu", precision="fp32"
+    )
+    finetune_qa(qa_checkpoint(tmp_path), train, train, tmp_path / "ft", cfg, quiet=True)
+    context = "Hotel went to the desert with a green hat."
+    with serving(tmp_path / "ft") as base:
+        assert call(base, "info")[1]["panels"] == ["answer", "run"]
+        body = {"question": "Where did hotel go?", "context": context}
+        status, answer = call(base, "answer", body)
+        cli = cli_json(
+            capsys, "answer", tmp_path / "ft", "--question", body["question"], "--context", context, "--json"
+        )
+        assert status == 200 and answer == {k: v for k, v in cli.items() if k != "question"}
+        assert call(base, "answer", {"question": "Where?", "context": " "})[0] == 400
+        page = browser.new_page()
+        page.goto(base + "/")
+        page.wait_for_selector("body[data-ready=true]")
+        page.fill("#answer-question", body["question"])
+        page.fill("#answer-context", context)
+        page.click("#panel-answer button")
+        page.wait_for_selector("#answer-text")
+        assert page.inner_text("#answer-text") == answer["text"] and page.inner_text("mark") == answer["text"]
+        page.close()

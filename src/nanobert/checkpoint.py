@@ -23,7 +23,12 @@ from safetensors.torch import load_file, save_file
 
 from nanobert.config import ModelConfig, TrainConfig, config_from_dict, config_to_dict
 from nanobert.errors import NanobertError
-from nanobert.model import BertForPreTraining, BertForSequenceClassification, BertLMHeadModel
+from nanobert.model import (
+    BertForPreTraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertLMHeadModel,
+)
 from nanobert.tokenizer import load_tokenizer, save_tokenizer
 
 FORMAT_VERSION = 1
@@ -35,10 +40,12 @@ TRAINER_STATE_NAME = "trainer_state.pt"
 PRETRAINING = "pretraining"  # BertForPreTraining: MLM + NSP heads
 CAUSAL_LM = "causal_lm"  # BertLMHeadModel: the causal next-word model (`pretrain --objective causal`)
 SEQUENCE_CLASSIFICATION = "sequence_classification"  # a fine-tuned BertForSequenceClassification
+QUESTION_ANSWERING = "question_answering"  # a fine-tuned BertForQuestionAnswering (SQuAD-style spans)
 COMMANDS = {
     PRETRAINING: "evaluate, fill-mask, nsp, similarity, embed, attention, explain, finetune, export-hf",
     CAUSAL_LM: "generate, evaluate, attention, explain, export-hf",
     SEQUENCE_CLASSIFICATION: "predict",
+    QUESTION_ANSWERING: "answer, predict, export-hf",
 }
 
 
@@ -241,6 +248,29 @@ def load_language_model(
     return load_pretraining_checkpoint(directory, map_location)
 
 
+def load_qa(
+    directory: str | Path, map_location: str | torch.device = "cpu"
+) -> tuple[BertForQuestionAnswering, Any, dict]:
+    """A fine-tuned question-answering model (eval mode), its tokenizer and its config.json.
+
+    `directory` is a checkpoint (RUN/best) or a fine-tuning run directory holding best/.
+    """
+    directory = _best_of_run(Path(directory))
+    config = read_config(directory)
+    kind = checkpoint_kind(config)
+    if kind != QUESTION_ANSWERING:
+        raise wrong_kind(directory, kind, "a question-answering model (finetune --task qa)")
+    model = _fill(BertForQuestionAnswering(_model_config(directory, config)), directory)
+    return model.to(map_location).eval(), load_tokenizer(directory), config
+
+
+def _best_of_run(directory: Path) -> Path:
+    """A run directory stands for its best/ checkpoint."""
+    if not (directory / CONFIG_NAME).is_file() and (directory / "best" / CONFIG_NAME).is_file():
+        return directory / "best"
+    return directory
+
+
 def load_finetuned(
     directory: str | Path, map_location: str | torch.device = "cpu"
 ) -> tuple[BertForSequenceClassification, Any, dict]:
@@ -248,9 +278,7 @@ def load_finetuned(
 
     `directory` is a checkpoint (RUN/best) or a fine-tuning run directory holding best/.
     """
-    directory = Path(directory)
-    if not (directory / CONFIG_NAME).is_file() and (directory / "best" / CONFIG_NAME).is_file():
-        directory = directory / "best"
+    directory = _best_of_run(Path(directory))
     config = read_config(directory)
     kind = checkpoint_kind(config)
     if kind != SEQUENCE_CLASSIFICATION:
@@ -287,12 +315,14 @@ def load_trainer_state(directory: str | Path) -> dict:
 __all__ = [
     "CAUSAL_LM",
     "PRETRAINING",
+    "QUESTION_ANSWERING",
     "SEQUENCE_CLASSIFICATION",
     "checkpoint_kind",
     "load_causal_lm",
     "load_finetuned",
     "load_language_model",
     "load_pretraining_checkpoint",
+    "load_qa",
     "wrong_kind",
     "load_state_dict",
     "load_train_config",

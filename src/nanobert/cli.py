@@ -239,24 +239,32 @@ _COLUMN_HELP = "a column name, or a 0-based index for a headerless file (every r
 def _add_finetune(sub) -> None:
     p = sub.add_parser(
         "finetune",
-        help="fine-tune a pretrained checkpoint on a labelled CSV/TSV/JSONL file",
+        help="fine-tune a pretrained checkpoint on a labelled CSV/TSV/JSONL file, or on SQuAD (--task qa)",
         description="Fine-tune the encoder of a pretraining checkpoint for sentence or sentence-pair "
-        "classification (or regression); the epoch with the best dev metric is kept in OUT/best.",
+        "classification (or regression), or for extractive question answering on SQuAD JSON files "
+        "(--task qa); the epoch with the best dev metric is kept in OUT/best.",
     )
     p.add_argument("checkpoint", metavar="CKPT", help="a pretraining checkpoint, e.g. RUN/best")
-    p.add_argument("--train", required=True, metavar="FILE", help="labelled training file (.csv/.tsv/.jsonl)")
+    p.add_argument(
+        "--train", required=True, metavar="FILE", help="labelled training file (.csv/.tsv/.jsonl/.json)"
+    )
     p.add_argument("--dev", required=True, metavar="FILE", help="labelled file that picks the best epoch")
     p.add_argument("--test", metavar="FILE", help="labelled file to score the best epoch on at the end")
-    p.add_argument("--text-col", required=True, metavar="COL", help=_COLUMN_HELP)
+    p.add_argument("--text-col", metavar="COL", help=_COLUMN_HELP + " (classification and regression)")
     p.add_argument("--text-pair-col", metavar="COL", help="second text of a sentence pair (segment B)")
-    p.add_argument("--label-col", required=True, metavar="COL")
-    p.add_argument("--task", choices=["classification", "regression"], default="classification")
+    p.add_argument("--label-col", metavar="COL", help="the label column (classification and regression)")
+    p.add_argument("--task", choices=["classification", "regression", "qa"], default="classification")
     p.add_argument(
         "--metric",
-        choices=["accuracy", "macro_f1", "mcc", "pearson", "spearman"],
-        help="dev metric that picks the best epoch (default: accuracy, or pearson for regression)",
+        choices=["accuracy", "macro_f1", "mcc", "pearson", "spearman", "f1", "exact_match"],
+        help="dev metric that picks the best epoch (default: accuracy; pearson for regression; f1 for qa)",
     )
-    p.add_argument("--epochs", type=int, help="default 3")
+    p.add_argument("--doc-stride", type=int, help="qa: word pieces between window starts (default 128)")
+    p.add_argument("--max-answer-length", type=int, help="qa: longest answer in word pieces (default 30)")
+    p.add_argument(
+        "--max-train-examples", type=int, metavar="N", help="qa: train on a seeded random N of the questions"
+    )
+    p.add_argument("--epochs", type=int, help="default 3 (qa: 2)")
     p.add_argument("--batch-size", type=int, help="default 32")
     p.add_argument("--learning-rate", type=float, help="peak AdamW learning rate, default 1e-4")
     p.add_argument("--warmup-ratio", type=float, help="share of steps warming up linearly, default 0.1")
@@ -266,7 +274,9 @@ def _add_finetune(sub) -> None:
         type=float,
         help="learning-rate factor per encoder layer going down, embeddings last; default 1 (one rate)",
     )
-    p.add_argument("--max-seq-len", type=int, help="tokens per example incl. [CLS]/[SEP], default 128")
+    p.add_argument(
+        "--max-seq-len", type=int, help="tokens per example incl. [CLS]/[SEP], default 128 (qa: 384)"
+    )
     p.add_argument("--seed", type=int, help="default 1337")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="default: auto (CUDA when present)")
     p.add_argument(
@@ -285,10 +295,26 @@ def _add_finetune(sub) -> None:
     _job_options(p, _cmd_finetune, "replace a run already in --out")
 
 
+_FINETUNE_OPTIONS = (
+    "epochs",
+    "batch_size",
+    "learning_rate",
+    "warmup_ratio",
+    "weight_decay",
+    "layer_lr_decay",
+)
+_FINETUNE_OPTIONS += ("max_seq_len", "seed", "device", "precision", "metric")
+_QA_OPTIONS = ("doc_stride", "max_answer_length", "max_train_examples")
+
+
 def _cmd_finetune(args) -> int:
     from nanobert.finetune import FinetuneConfig, TaskSpec, finetune
     from nanobert.tabular import parse_column
 
+    if args.task == "qa":
+        return _cmd_finetune_qa(args)
+    if args.text_col is None or args.label_col is None:
+        raise NanobertError("--text-col and --label-col are required for classification and regression")
     spec = TaskSpec(
         text_col=parse_column(args.text_col),
         label_col=parse_column(args.label_col),
@@ -297,13 +323,29 @@ def _cmd_finetune(args) -> int:
         format=args.format,
         encoding=args.encoding,
     )
-    names = ("epochs", "batch_size", "learning_rate", "warmup_ratio", "weight_decay", "layer_lr_decay")
-    names += ("max_seq_len", "seed", "device", "precision", "metric")
-    cfg = FinetuneConfig(**{n: getattr(args, n) for n in names if getattr(args, n) is not None})
-    init = "scratch" if args.from_scratch else "pretrained"
-    out = Path(args.out) if args.out else Path("runs") / f"finetune-{init}-{time.strftime('%Y%m%d-%H%M%S')}"
+    cfg = FinetuneConfig(**{n: getattr(args, n) for n in _FINETUNE_OPTIONS if getattr(args, n) is not None})
+    out = _finetune_out(args)
     options = {k: getattr(args, k) for k in ("from_scratch", "overwrite", "quiet")}
     summary = finetune(args.checkpoint, spec, args.train, args.dev, out, cfg, test_file=args.test, **options)
+    keys = ("init", "best_epoch", "dev", "test", "train_time_s")
+    _print_json({"out": str(out), **{k: summary[k] for k in keys}})
+    return 0
+
+
+def _finetune_out(args) -> Path:
+    init = "scratch" if args.from_scratch else "pretrained"
+    return Path(args.out) if args.out else Path("runs") / f"finetune-{init}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _cmd_finetune_qa(args) -> int:
+    from nanobert.config import QAConfig
+    from nanobert.qa import finetune_qa
+
+    names = _FINETUNE_OPTIONS + _QA_OPTIONS
+    cfg = QAConfig(**{n: getattr(args, n) for n in names if getattr(args, n) is not None})
+    out = _finetune_out(args)
+    options = {k: getattr(args, k) for k in ("from_scratch", "overwrite", "quiet")}
+    summary = finetune_qa(args.checkpoint, args.train, args.dev, out, cfg, test_file=args.test, **options)
     keys = ("init", "best_epoch", "dev", "test", "train_time_s")
     _print_json({"out": str(out), **{k: summary[k] for k in keys}})
     return 0
@@ -316,9 +358,10 @@ def _cmd_finetune(args) -> int:
 def _add_predict(sub) -> None:
     p = sub.add_parser(
         "predict",
-        help="label a CSV/TSV/JSONL file with a fine-tuned model",
+        help="label a CSV/TSV/JSONL file with a fine-tuned model, or answer a SQuAD file's questions",
         description="Add the predicted label and class probabilities (or the score) to every row of a "
-        "file, written in the input's format.",
+        "file, written in the input's format; with a question-answering model, write the official "
+        "{question id: answer} JSON of a SQuAD file's questions (with EM/F1 when it has answers).",
     )
     p.add_argument("model", metavar="FT_DIR", help="a fine-tuned checkpoint (RUN/best) or its run directory")
     p.add_argument("--input", required=True, metavar="FILE")
@@ -333,9 +376,17 @@ def _add_predict(sub) -> None:
 
 
 def _cmd_predict(args) -> int:
+    from nanobert.checkpoint import QUESTION_ANSWERING, checkpoint_kind, read_config
     from nanobert.finetune import predict
+    from nanobert.qa import predict_qa
     from nanobert.tabular import parse_column
 
+    best = Path(args.model) / "best"
+    if checkpoint_kind(read_config(best if best.is_dir() else args.model)) == QUESTION_ANSWERING:
+        result = predict_qa(args.model, args.input, args.out)
+        if args.out:
+            _print_json(result)
+        return 0
     result = predict(
         args.model,
         args.input,
@@ -352,6 +403,28 @@ def _cmd_predict(args) -> int:
     elif "metrics" in result:  # the rows went to stdout: keep it clean, the scores go to stderr
         print("nanobert: " + json.dumps(result["metrics"]), file=sys.stderr)
     return 0
+
+
+def _add_answer(sub) -> None:
+    p = _command(
+        sub, "answer", _cmd_answer, "answer a question about a text with a QA model (finetune --task qa)"
+    )
+    p.add_argument("--question", required=True)
+    p.add_argument("--context", required=True, help="the text that holds the answer")
+
+
+def _cmd_answer(args) -> int:
+    from dataclasses import asdict
+
+    from nanobert.qa import load_qa_model
+
+    a = load_qa_model(args.checkpoint, device=args.device).answer(args.question, args.context)
+    text = (
+        f"{a.text}  (probability {a.probability:.1%}, characters {a.start}-{a.end})"
+        if a.text
+        else "(no answer)"
+    )
+    return _emit(args, {"question": args.question, **asdict(a)}, text)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -605,6 +678,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_presets(sub)
     _add_finetune(sub)
     _add_predict(sub)
+    _add_answer(sub)
     _add_fill_mask(sub)
     _add_nsp(sub)
     _add_generate(sub)

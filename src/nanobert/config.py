@@ -217,6 +217,37 @@ class FinetuneConfig:
         )
 
 
+@dataclass
+class QAConfig(FinetuneConfig):
+    """Fine-tuning for extractive question answering (`finetune --task qa`): google-research/bert
+    `run_squad.py`'s window settings, and 2 epochs as in Devlin et al. (2019) for SQuAD."""
+
+    epochs: int = 2
+    max_seq_len: int = 384  # question + context window, in word pieces with [CLS] and two [SEP]
+    doc_stride: int = 128  # word pieces between the starts of two windows of one long context
+    max_query_length: int = 64  # longer questions are cut
+    max_answer_length: int = 30  # the longest answer decoding considers, in word pieces
+    n_best_size: int = 20  # starts and ends per window that decoding pairs up
+    null_score_threshold: float = 0.0  # SQuAD 2.0: answer "" when [CLS] beats the best span by more
+    max_train_examples: int | None = None  # a seeded random sample of the training questions (CPU budgets)
+    eval_batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check(
+            "finetune --task qa",
+            self,
+            ("doc_stride", "max_query_length", "max_answer_length", "n_best_size"),
+            [
+                (
+                    "max_train_examples",
+                    self.max_train_examples is None or self.max_train_examples >= 1,
+                    "at least 1",
+                )
+            ],
+        )
+
+
 # A preset names a model shape plus the training settings that suit it. `toy` memorises the built-in toy
 # corpus in seconds; the wikitext2-* presets are the measured recipes (see benchmarks/README.md).
 PRESETS: dict[str, dict[str, Any]] = {
@@ -385,6 +416,7 @@ __all__ = [
     "PRECISIONS",
     "PRESETS",
     "FinetuneConfig",
+    "QAConfig",
     "ModelConfig",
     "TrainConfig",
     "build_configs",

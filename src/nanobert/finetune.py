@@ -30,7 +30,6 @@ from nanobert.checkpoint import (
     load_finetuned,
     load_pretraining_checkpoint,
     load_state_dict,
-    save_checkpoint,
 )
 from nanobert.config import FinetuneConfig, config_to_dict
 from nanobert.device import autocast, autocast_dtype, hardware_description, resolve_device
@@ -38,7 +37,6 @@ from nanobert.engine import Job, Plan, RunState, fit, run_summary
 from nanobert.errors import NanobertError
 from nanobert.finetune_data import (
     Encoded,
-    ExampleStream,
     Split,
     TaskSpec,
     collate,
@@ -49,10 +47,10 @@ from nanobert.finetune_data import (
 )
 from nanobert.metrics import compute_metrics
 from nanobert.model import BertForPreTraining, BertForSequenceClassification
-from nanobert.optim import build_optimizer
 from nanobert.run_log import RunLog, prepare_out_dir, write_summary
 from nanobert.tabular import Column, detect_format, read_table, write_table
 from nanobert.tokenizer import encode_pairs, load_tokenizer
+from nanobert.tuning import epoch_job, with_encoder
 
 METRICS = {"classification": ("accuracy", "macro_f1", "mcc"), "regression": ("pearson", "spearman")}
 
@@ -64,16 +62,10 @@ METRICS = {"classification": ("accuracy", "macro_f1", "mcc"), "regression": ("pe
 def build_classifier(
     pretrained: BertForPreTraining, num_labels: int, task: str, from_scratch: bool, seed: int
 ) -> BertForSequenceClassification:
-    """A BertForSequenceClassification shaped like `pretrained`, holding its encoder unless `from_scratch`.
-
-    The head (and, from scratch, the encoder) is initialised from `seed`, so a pretrained run and its
-    from-scratch control start from the same head.
-    """
-    torch.manual_seed(seed)
-    model = BertForSequenceClassification(pretrained.config, num_labels, task)
-    if not from_scratch:
-        model.bert.load_state_dict(pretrained.bert.state_dict())  # the pooler too; the MLM/NSP heads go
-    return model
+    """A BertForSequenceClassification shaped like `pretrained`, holding its encoder unless `from_scratch`
+    (the pooler too; the head is seeded the same way either way: `tuning.with_encoder`)."""
+    head = lambda: BertForSequenceClassification(pretrained.config, num_labels, task)  # noqa: E731
+    return with_encoder(pretrained, head, from_scratch, seed)
 
 
 @torch.no_grad()
@@ -240,57 +232,20 @@ def _job(
     device = next(model.parameters()).device
     amp_dtype = autocast_dtype(cfg.precision, device)
     train, dev = splits["train"], splits["dev"]
-    optimizer = build_optimizer(
-        model, cfg.learning_rate, cfg.weight_decay, eps=cfg.adam_eps, layer_lr_decay=cfg.layer_lr_decay
-    )
-    stream = ExampleStream(train.data, cfg.batch_size, cfg.seed)
-    steps_per_epoch = stream.batches_per_epoch()
-    plan = Plan(
-        learning_rate=cfg.learning_rate,
-        warmup_ratio=cfg.warmup_ratio,
-        total_steps=cfg.epochs * steps_per_epoch,
-        grad_clip=cfg.grad_clip,
-        log_interval=cfg.log_interval,
-        eval_interval=steps_per_epoch,  # evaluate at the end of every epoch
-        checkpoint_interval=None,
-        resumable=False,
-    )
-    run = RunState()
 
     def evaluate() -> dict[str, float]:
         outputs = model_outputs(model, dev.data, device, amp_dtype, cfg.eval_batch_size)
-        return {"epoch": run.step // steps_per_epoch, **compute_metrics(task, outputs, dev.data.labels)}
+        return compute_metrics(task, outputs, dev.data.labels)
 
-    def save(name: str, run: RunState, state: dict | None) -> Path:
-        record = run.history[-1]
-        dev_metrics = {k: v for k, v in record.items() if k not in ("step", "epoch")}
-        extras = {**extra, "epoch": record["epoch"], "dev_metrics": dev_metrics}
-        return save_checkpoint(
-            out_dir / name, model, None, tokenizer, extra=extras, kind=SEQUENCE_CLASSIFICATION
-        )
-
-    job = Job(
-        model=model,
-        train_model=model,
-        optimizer=optimizer,
-        feeder=stream,
-        data_state=stream.state_dict(),
-        loss=lambda m, batch: {"loss": m(**batch).loss},
-        evaluate=evaluate,
-        save=save,
-        device=device,
-        amp_dtype=amp_dtype,
-        metric=metric,
-        higher_is_better=True,
-        eval_split="dev",
-        divergence_hint="lower --learning-rate",
-    )
-    log = RunLog(out_dir, plan.total_steps, 0, quiet)
+    job, plan, run, log = epoch_job(
+        model, tokenizer, train.data, cfg, out_dir, loss=lambda m, batch: {"loss": m(**batch).loss},
+        evaluate=evaluate, metric=metric, kind=SEQUENCE_CLASSIFICATION, extra=extra, quiet=quiet,
+    )  # fmt: skip
     target = f"{len(extra['labels'])} labels" if extra["labels"] else "a score"
     log.say(
         f"nanobert: fine-tuning {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters "
         f"({extra['init']} encoder) to predict {target}; {len(train.data)} train / {len(dev.data)} dev "
-        f"examples, {cfg.epochs} epochs of {steps_per_epoch} steps on {device}"
+        f"examples, {cfg.epochs} epochs of {plan.eval_interval} steps on {device}"
     )
     return job, plan, run, log
 

@@ -25,7 +25,17 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-from nanobert.checkpoint import CAUSAL_LM, PRETRAINING, load_language_model, save_checkpoint, write_atomically
+from nanobert.checkpoint import (
+    CAUSAL_LM,
+    PRETRAINING,
+    QUESTION_ANSWERING,
+    checkpoint_kind,
+    load_language_model,
+    load_qa,
+    read_config,
+    save_checkpoint,
+    write_atomically,
+)
 from nanobert.config import ModelConfig
 from nanobert.errors import NanobertError
 from nanobert.model import BertForPreTraining, BertLMHeadModel
@@ -137,6 +147,26 @@ def to_hf_state_dict(state: dict[str, torch.Tensor], config: ModelConfig) -> dic
         for ours, hf in _TOP_LEVEL.items()
         if not (config.is_decoder and ours.startswith(_CAUSAL_ABSENT))
     }
+    out.update(_encoder_layers(state, config))
+    # transformers stores the tied decoder under its own names as well.
+    out["cls.predictions.decoder.weight"] = out["bert.embeddings.word_embeddings.weight"]
+    out["cls.predictions.decoder.bias"] = out["cls.predictions.bias"]
+    return {k: v.contiguous() for k, v in out.items()}
+
+
+def to_hf_qa_state_dict(state: dict[str, torch.Tensor], config: ModelConfig) -> dict[str, torch.Tensor]:
+    """A BertForQuestionAnswering state dict in transformers' names: the encoder (no pooler) and qa_outputs,
+    which both sides call the same."""
+    to_hf_config(config)  # refuses pre-LN
+    out = {hf: state[ours] for ours, hf in _TOP_LEVEL.items() if ours.startswith("bert.embeddings.")}
+    out.update(_encoder_layers(state, config))
+    out.update({k: state[k] for k in ("qa_outputs.weight", "qa_outputs.bias")})
+    return {k: v.contiguous() for k, v in out.items()}
+
+
+def _encoder_layers(state: dict[str, torch.Tensor], config: ModelConfig) -> dict[str, torch.Tensor]:
+    """Every encoder layer's weights in transformers' names, the fused qkv split into query, key, value."""
+    out = {}
     for i in range(config.num_hidden_layers):
         ours, hf = f"bert.layers.{i}.", f"bert.encoder.layer.{i}."
         for a, b in _PER_LAYER.items():
@@ -146,10 +176,7 @@ def to_hf_state_dict(state: dict[str, torch.Tensor], config: ModelConfig) -> dic
         for name, w, b in zip(_QKV, weights, biases, strict=True):
             out[f"{hf}attention.self.{name}.weight"] = w
             out[f"{hf}attention.self.{name}.bias"] = b
-    # transformers stores the tied decoder under its own names as well.
-    out["cls.predictions.decoder.weight"] = out["bert.embeddings.word_embeddings.weight"]
-    out["cls.predictions.decoder.bias"] = out["cls.predictions.bias"]
-    return {k: v.contiguous() for k, v in out.items()}
+    return out
 
 
 def from_hf_state_dict(
@@ -229,15 +256,21 @@ def export_hf(checkpoint: str | Path, out: str | Path, overwrite: bool = False) 
     causal checkpoint), model.safetensors (transformers' names, tied weights once, as transformers itself
     saves them) and the tokenizer files, so that `BertForPreTraining.from_pretrained(out)` (or
     `BertLMHeadModel`) and `BertTokenizerFast.from_pretrained(out)` load it with no missing or unexpected
-    keys. Pre-LN models are refused (transformers' BERT is post-LN only).
+    keys. A question-answering checkpoint becomes a `BertForQuestionAnswering` directory. Pre-LN models
+    are refused (transformers' BERT is post-LN only).
     """
     checkpoint, out = Path(checkpoint), Path(out)
-    model, _ = load_language_model(checkpoint)
-    tokenizer = load_tokenizer(checkpoint)
-    hf_config = to_hf_config(model.config)
-    state = to_hf_state_dict(model.state_dict(), model.config)
-    for key in _TIED_DUPLICATES:
-        del state[key]
+    if checkpoint_kind(read_config(checkpoint)) == QUESTION_ANSWERING:
+        model, tokenizer, _ = load_qa(checkpoint)
+        hf_config = {**to_hf_config(model.config), "architectures": ["BertForQuestionAnswering"]}
+        state = to_hf_qa_state_dict(model.state_dict(), model.config)
+    else:
+        model, _ = load_language_model(checkpoint)
+        tokenizer = load_tokenizer(checkpoint)
+        hf_config = to_hf_config(model.config)
+        state = to_hf_state_dict(model.state_dict(), model.config)
+        for key in _TIED_DUPLICATES:
+            del state[key]
     state = {k: v.detach().clone().cpu() for k, v in state.items()}  # no two keys may share memory
     _check_out_dir(out, overwrite, (checkpoint,))
 
@@ -426,5 +459,6 @@ __all__ = [
     "from_hf_state_dict",
     "import_hf",
     "to_hf_config",
+    "to_hf_qa_state_dict",
     "to_hf_state_dict",
 ]

@@ -1,5 +1,5 @@
 """Metrics of fine-tuned models, in NumPy: accuracy, macro-F1 and Matthews correlation for classification,
-Pearson and Spearman for regression.
+Pearson and Spearman for regression, and SQuAD's exact match and F1 for question answering.
 
 Each function takes 1-D arrays of equal length. Macro-F1 counts the classes that occur (as scikit-learn
 does); the Matthews correlation is Gorodkin's multi-class R_K, the usual MCC for two classes; Spearman
@@ -10,6 +10,9 @@ hand-worked cases and against scipy.
 from __future__ import annotations
 
 import math
+import re
+import string
+from collections import Counter
 
 import numpy as np
 
@@ -93,8 +96,60 @@ __all__ = [
     "average_ranks",
     "compute_metrics",
     "confusion_matrix",
+    "exact_match",
+    "f1_score",
     "macro_f1",
     "matthews_corrcoef",
+    "normalize_answer",
     "pearson",
     "spearman",
+    "squad_scores",
 ]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Extractive question answering: SQuAD's exact match and F1, as the official evaluation scripts compute them
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD's normalisation: lower case, no punctuation, no articles (a, an, the), single spaces."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+_PUNCTUATION = frozenset(string.punctuation)
+
+
+def exact_match(prediction: str, gold: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def f1_score(prediction: str, gold: str) -> float:
+    """Token-overlap F1 of the normalised texts; two empty texts agree (SQuAD 2.0's no-answer case)."""
+    pred, true = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    if not pred or not true:
+        return float(pred == true)
+    common = Counter(pred) & Counter(true)
+    overlap = sum(common.values())
+    if overlap == 0:
+        return 0.0
+    precision, recall = overlap / len(pred), overlap / len(true)
+    return 2 * precision * recall / (precision + recall)
+
+
+def squad_scores(predictions: dict[str, str], golds: dict[str, list[str]]) -> dict[str, float]:
+    """Exact match and F1 in percent, each the maximum over a question's gold answers, averaged over the
+    questions of `golds` (a question with no prediction scores 0). A question whose gold list is empty or
+    holds only answers that normalise to nothing is unanswerable (SQuAD 2.0): its gold is the empty answer.
+    """
+    em = f1 = 0.0
+    for qid, answers in golds.items():
+        answers = [a for a in answers if normalize_answer(a)] or [""]
+        prediction = predictions.get(qid)
+        if prediction is None:
+            continue
+        em += max(exact_match(prediction, a) for a in answers)
+        f1 += max(f1_score(prediction, a) for a in answers)
+    n = max(len(golds), 1)
+    return {"exact_match": 100.0 * em / n, "f1": 100.0 * f1 / n}

@@ -5,7 +5,7 @@ Understanding", and matches transformers' `modeling_bert.py` numerically (tests/
 down from the smallest module to the largest:
 
     Embeddings -> SelfAttention -> FeedForward -> EncoderLayer -> BertModel -> LMPredictionHead
-    -> BertForPreTraining / BertLMHeadModel / BertForSequenceClassification
+    -> BertForPreTraining / BertLMHeadModel / BertForSequenceClassification / BertForQuestionAnswering
 
 With `config.is_decoder` the same stack attends causally (each token sees only itself and the tokens before
 it), and `BertLMHeadModel` reads the vocabulary head as GPT does: the output at position t predicts the token
@@ -465,9 +465,52 @@ class BertForSequenceClassification(nn.Module):
         return SequenceClassifierOutput(loss, logits)
 
 
+@dataclass
+class QuestionAnsweringOutput:
+    loss: torch.Tensor | None  # mean of the start and end cross-entropies
+    start_logits: torch.Tensor  # (B, T): how likely each position starts the answer
+    end_logits: torch.Tensor  # (B, T): how likely each position ends it
+
+
+class BertForQuestionAnswering(nn.Module):
+    """Extractive QA (Devlin et al. 2019, section 4.2): every token's final state scores as the answer's start
+    and as its end (`qa_outputs`, H -> 2). transformers' BertForQuestionAnswering, names included (no pooler).
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.apply(lambda m: init_weights(m, config.initializer_range))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+    ) -> QuestionAnsweringOutput:
+        """start_positions, end_positions (B,): the answer's first and last token; 0 ([CLS]) when the window
+        holds no answer (or the question has none)."""
+        h = self.bert(input_ids, token_type_ids, attention_mask).last_hidden_state  # (B, T, H)
+        start_logits, end_logits = self.qa_outputs(h).float().unbind(-1)  # 2 x (B, T)
+        if attention_mask is not None:  # padding is never an answer
+            start_logits = start_logits.masked_fill(attention_mask == 0, -1e4)
+            end_logits = end_logits.masked_fill(attention_mask == 0, -1e4)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = (
+                F.cross_entropy(start_logits, start_positions) + F.cross_entropy(end_logits, end_positions)
+            ) / 2
+        return QuestionAnsweringOutput(loss, start_logits, end_logits)
+
+
 __all__ = [
     "IGNORE_INDEX",
     "BertForPreTraining",
+    "BertForQuestionAnswering",
     "BertLMHeadModel",
     "CausalLMOutput",
     "LMPredictionHead",
@@ -475,6 +518,7 @@ __all__ = [
     "BertModel",
     "EncoderOutput",
     "PreTrainingOutput",
+    "QuestionAnsweringOutput",
     "SequenceClassifierOutput",
     "init_weights",
 ]

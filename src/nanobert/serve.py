@@ -11,6 +11,7 @@ the same one the CLI command makes, so the page shows the CLI's numbers:
     POST /api/explain     InferenceModel.explain       (nanobert explain --json)
     POST /api/generate    InferenceModel.generate      (nanobert generate --json)
     POST /api/classify    finetune.classify            (nanobert predict)
+    POST /api/answer      QAModel.answer               (nanobert answer --json)
     GET  /api/info        what was loaded: the checkpoint's kind, shape and the panels that fit it
     GET  /api/run         a run directory's metrics.jsonl records and summary.json (null while it runs)
 
@@ -30,6 +31,7 @@ from nanobert.checkpoint import (
     CAUSAL_LM,
     CONFIG_NAME,
     PRETRAINING,
+    QUESTION_ANSWERING,
     SEQUENCE_CLASSIFICATION,
     checkpoint_kind,
     load_finetuned,
@@ -40,6 +42,7 @@ from nanobert.errors import NanobertError
 from nanobert.explain import format_trace
 from nanobert.finetune import classify
 from nanobert.inference import InferenceModel, load
+from nanobert.qa import load_qa_model
 from nanobert.run_log import METRICS_NAME, SUMMARY_NAME, read_records
 
 WEB = Path(__file__).parent / "web"
@@ -47,6 +50,7 @@ PANELS = {
     PRETRAINING: ["fill-mask", "nsp", "similarity", "attention", "explain"],
     CAUSAL_LM: ["generate", "similarity", "attention", "explain"],
     SEQUENCE_CLASSIFICATION: ["classify"],
+    QUESTION_ANSWERING: ["answer"],
 }
 
 
@@ -71,11 +75,13 @@ class Served:
                 f"{self.path} is neither a checkpoint (no config.json) nor a run directory (no "
                 "metrics.jsonl, best/ or last/); pass RUN or RUN/best"
             )
-        self.checkpoint, self.kind, self.model, self.classifier = checkpoint, None, None, None
+        self.checkpoint, self.kind, self.model, self.classifier, self.qa = checkpoint, None, None, None, None
         if checkpoint is not None:
             self.kind = checkpoint_kind(read_config(checkpoint))
             if self.kind == SEQUENCE_CLASSIFICATION:
                 self.classifier = load_finetuned(checkpoint, device)
+            elif self.kind == QUESTION_ANSWERING:
+                self.qa = load_qa_model(checkpoint, device)
             elif self.kind in (PRETRAINING, CAUSAL_LM):
                 self.model = load(checkpoint, device)
             else:
@@ -89,6 +95,8 @@ class Served:
             config = asdict(self.model.model.config)
         elif self.classifier is not None:
             config = asdict(self.classifier[0].config)
+        elif self.qa is not None:
+            config = asdict(self.qa.model.config)
         return {
             "path": str(self.path),
             "checkpoint": str(self.checkpoint) if self.checkpoint else None,
@@ -121,6 +129,10 @@ class Served:
         """One API request: the library call behind the CLI command of the same name, as JSON."""
         if route == "classify":
             return self._classify(body)
+        if route == "answer":
+            if self.qa is None:
+                raise wrong_kind(self.checkpoint or self.path, self.kind, "a question-answering model")
+            return asdict(self.qa.answer(str(body.get("question", "")), str(body.get("context", ""))))
         model = self.language_model()
         a, b = body.get("text_a", body.get("text", body.get("prompt", ""))), body.get("text_b") or None
         model.check_text(a, b)

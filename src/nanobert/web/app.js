@@ -16,7 +16,7 @@ const el = (tag, attrs = {}, ...children) => {
 const pct = (p) => (100 * p).toFixed(1) + "%";
 const TITLES = {
   "fill-mask": "Fill mask", nsp: "Next sentence", generate: "Generate", classify: "Label",
-  similarity: "Similarity", attention: "Attention", explain: "Explain", run: "Run",
+  similarity: "Similarity", attention: "Attention", explain: "Explain", run: "Run", answer: "Answer",
 };
 
 async function api(route, body) {
@@ -30,7 +30,7 @@ async function api(route, body) {
 
 function formBody(form) {
   const body = {};
-  for (const input of form.querySelectorAll("input")) {
+  for (const input of form.querySelectorAll("input, textarea")) {
     if (input.hidden && !input.value) continue;
     if (input.type === "number") {
       if (input.value !== "") body[input.name] = Number(input.value);
@@ -84,6 +84,13 @@ const render = {
     drawAttention();
   },
   explain(data, box) { box.append(renderTrace(data)); },
+  answer(data, box) {
+    if (!data.text) { box.append(el("p", { class: "big", id: "answer-text", text: "(no answer)" })); return; }
+    const context = document.getElementById("answer-context").value;
+    box.append(el("p", { class: "big", id: "answer-text", text: data.text }));
+    box.append(el("p", { class: "hint", text: `probability ${pct(data.probability)}, characters ${data.start}-${data.end}` }));
+    box.append(el("p", {}, context.slice(0, data.start), el("mark", { text: context.slice(data.start, data.end) }), context.slice(data.end)));
+  },
 };
 
 function fillSelect(select, values, chosen) {

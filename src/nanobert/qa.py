@@ -1,0 +1,253 @@
+"""Extractive question answering: fine-tune on SQuAD, predict a file's answers, answer one question.
+
+Follows section 4.2 of Devlin et al. (2019) and google-research/bert `run_squad.py`: a start and an end
+score per word piece (`BertForQuestionAnswering`, transformers' `qa_outputs`), cross-entropy on the gold
+start and end (the mean of the two), AdamW with linear warmup and decay, the epoch with the best dev F1 kept.
+Data, windows and decoding are in `qa_data.py`; exact match and F1 are SQuAD's own (`metrics.squad_scores`).
+
+`finetune_qa()` is setup, the loop every job runs (via `tuning.epoch_job`), and a summary. `QAModel` (from
+`load_qa_model`) answers: `predict(examples)` for a whole SQuAD file (what `nanobert predict` writes, the
+official `{question id: answer text}` file) and `answer(question, context)` for one question
+(`nanobert answer`). Dev evaluation packs windows into length-sorted batches, so little goes to padding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from nanobert.checkpoint import QUESTION_ANSWERING, load_pretraining_checkpoint, load_qa, load_state_dict
+from nanobert.config import QAConfig, config_to_dict
+from nanobert.device import autocast, autocast_dtype, hardware_description, resolve_device
+from nanobert.engine import fit, run_summary
+from nanobert.errors import NanobertError
+from nanobert.finetune_data import Encoded
+from nanobert.metrics import squad_scores
+from nanobert.model import BertForQuestionAnswering
+from nanobert.qa_data import Answer, QAExample, QAFeatures, best_answers, featurize, read_squad
+from nanobert.run_log import prepare_out_dir, write_summary
+from nanobert.tokenizer import PAD_ID, load_tokenizer, pad
+from nanobert.tuning import epoch_job, with_encoder
+
+
+class QAModel:
+    """A fine-tuned question-answering model with its tokenizer and window settings, ready to answer."""
+
+    def __init__(self, model: BertForQuestionAnswering, tokenizer: Any, config: dict):
+        self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
+        self.settings = QAConfig(**{k: v for k, v in config.get("finetune", {}).items() if k in _QA_FIELDS})
+        self.with_no_answer = bool(config.get("version_2_with_negative", False))
+        self.device = next(model.parameters()).device
+
+    def predict(self, examples: list[QAExample], batch_size: int | None = None) -> dict[str, Answer]:
+        """The best answer to every example (by id)."""
+        s = self.settings
+        features = featurize(examples, self.tokenizer, s.max_seq_len, s.doc_stride, s.max_query_length)
+        amp_dtype = autocast_dtype(s.precision, self.device)
+        batch_size = batch_size or s.eval_batch_size
+        starts, ends = span_logits(self.model, features, self.device, amp_dtype, batch_size)
+        threshold = s.null_score_threshold if self.with_no_answer else None
+        return best_answers(examples, features, starts, ends, s.max_answer_length, s.n_best_size, threshold)
+
+    def score(self, examples: list[QAExample]) -> dict[str, float]:
+        """SQuAD's exact match and F1 of this model's answers to labelled examples."""
+        return squad_scores({k: a.text for k, a in self.predict(examples).items()}, golds(examples))
+
+    def answer(self, question: str, context: str) -> Answer:
+        """The answer to one question about one context: its text (a substring of the context), character
+        span and probability."""
+        if not question.strip() or not context.strip():
+            raise NanobertError("the question and the context must both hold some text")
+        return self.predict([QAExample("q", question, context, None)])["q"]
+
+
+_QA_FIELDS = {f.name for f in dataclasses.fields(QAConfig)}
+
+
+def load_qa_model(directory: str | Path, device: str = "cpu") -> QAModel:
+    """A QA checkpoint (RUN/best, or the run directory) ready to answer."""
+    model, tokenizer, config = load_qa(directory, resolve_device(device))
+    return QAModel(model, tokenizer, config)
+
+
+@torch.no_grad()
+def span_logits(
+    model: BertForQuestionAnswering,
+    features: QAFeatures,
+    device: torch.device,
+    amp_dtype: torch.dtype | None,
+    batch_size: int,
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Start and end logits of every window (each as long as its window), from length-sorted batches."""
+    was_training = model.training
+    model.eval()
+    order = np.argsort([len(ids) for ids in features.input_ids], kind="stable")
+    starts: list[np.ndarray] = [None] * len(features)  # type: ignore[list-item]
+    ends: list[np.ndarray] = [None] * len(features)  # type: ignore[list-item]
+    for begin in range(0, len(order), batch_size):
+        index = order[begin : begin + batch_size]
+        ids, mask = pad([features.input_ids[i] for i in index], PAD_ID)
+        types, _ = pad([features.token_type_ids[i] for i in index], 0)
+        with autocast(device, amp_dtype):
+            out = model(ids.to(device), types.to(device), mask.long().to(device))
+        s, e = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
+        for row, i in enumerate(index):
+            n = len(features.input_ids[i])
+            starts[i], ends[i] = s[row, :n], e[row, :n]
+    model.train(was_training)
+    return starts, ends
+
+
+def golds(examples: list[QAExample]) -> dict[str, list[str]]:
+    """The gold answer texts of the labelled examples, by id."""
+    return {e.id: e.answers for e in examples if e.answers is not None}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The run
+
+
+def finetune_qa(
+    checkpoint: str | Path,
+    train_file: str | Path,
+    dev_file: str | Path,
+    out_dir: str | Path,
+    cfg: QAConfig | None = None,
+    *,
+    test_file: str | Path | None = None,
+    from_scratch: bool = False,
+    overwrite: bool = False,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Fine-tune a pretraining checkpoint's encoder for SQuAD-style QA; keep the epoch with the best dev F1.
+
+    Writes OUT/best/ (a "question_answering" checkpoint), OUT/metrics.jsonl, OUT/summary.json and
+    OUT/predictions.json (the best epoch's dev answers); with `test_file` (e.g. XQuAD) the best model is
+    scored on it too. Returns the summary dict.
+    """
+    wall_start = time.perf_counter()
+    cfg, out_dir = cfg or QAConfig(), Path(out_dir)
+    files = {"train": train_file, "dev": dev_file, "test": test_file}
+    # setup: checkpoint and data first (every error before the output directory is touched), then the model
+    pretrained, _ = load_pretraining_checkpoint(checkpoint)
+    tokenizer = load_tokenizer(checkpoint)
+    splits, features = _qa_data(files, tokenizer, cfg, pretrained.config.max_position_embeddings)
+    head = lambda: BertForQuestionAnswering(pretrained.config)  # noqa: E731
+    model = with_encoder(pretrained, head, from_scratch, cfg.seed)
+    device = resolve_device(cfg.device)
+    model.to(device)
+    prepare_out_dir(out_dir, overwrite, resumable=False)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)  # dropout
+    extra = {
+        "task": "qa",
+        "version_2_with_negative": any(e.answers == [] for e in splits["train"] + splits["dev"]),
+        "base_checkpoint": str(checkpoint),
+        "init": "scratch" if from_scratch else "pretrained",
+        "finetune": config_to_dict(cfg),
+    }
+    qa = QAModel(model, tokenizer, extra)
+
+    positions = np.asarray(features.positions, dtype=np.int64)
+    job, plan, run, log = epoch_job(
+        model, tokenizer, Encoded(features.input_ids, features.token_type_ids, positions), cfg, out_dir,
+        loss=_span_loss, evaluate=lambda: qa.score(splits["dev"]), metric=cfg.metric or "f1",
+        kind=QUESTION_ANSWERING, extra=extra, quiet=quiet,
+    )  # fmt: skip
+    log.say(
+        f"nanobert: fine-tuning {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters "
+        f"({extra['init']} encoder) for question answering; {len(splits['train'])} train questions in "
+        f"{len(features)} windows of at most {cfg.max_seq_len}, {len(splits['dev'])} dev questions; "
+        f"{cfg.epochs} epochs of {plan.eval_interval} steps on {device}"
+    )
+    outcome = fit(job, plan, run, log)
+    model.load_state_dict(load_state_dict(out_dir / "best"))  # the best epoch answers from here on
+    _write_answers(qa.predict(splits["dev"]), out_dir / "predictions.json")
+    best, test_metrics = run.best(), None
+    if splits["test"] is not None:
+        test_metrics = qa.score(splits["test"])
+        log.record({"split": "test", "step": run.step, "epoch": best["epoch"], **test_metrics})
+        log.say("test (best epoch): " + "  ".join(f"{k} {v:.2f}" for k, v in test_metrics.items()))
+    summary = {
+        "out": str(out_dir),
+        "checkpoint": str(checkpoint),
+        "init": extra["init"],
+        "task": "qa",
+        "best_epoch": best["epoch"],
+        "dev": {k: best[k] for k in ("exact_match", "f1")},
+        "test": test_metrics,
+        "dev_history": run.history,
+        "files": {k: str(v) if v is not None else None for k, v in files.items()},
+        "examples": {k: len(v) for k, v in splits.items() if v is not None}
+        | {"train_windows": len(features)},
+        **run_summary(run, outcome, wall_start, model, hardware_description(device)),
+        "finetune": dataclasses.asdict(cfg),
+    }
+    write_summary(out_dir, summary)
+    log.say(f"nanobert: best dev F1 {best['f1']:.2f} at epoch {best['epoch']}; model in {out_dir / 'best'}")
+    return summary
+
+
+def _qa_data(
+    files: dict[str, Any], tokenizer: Any, cfg: QAConfig, max_positions: int
+) -> tuple[dict[str, list[QAExample] | None], QAFeatures]:
+    """The train, dev and (optional) test questions, checked, and the training windows."""
+    if (cfg.metric or "f1") not in ("f1", "exact_match"):
+        raise NanobertError(f"metric {cfg.metric!r} does not apply to qa; use f1 or exact_match")
+    if cfg.max_seq_len > max_positions:
+        raise NanobertError(f"--max-seq-len {cfg.max_seq_len} exceeds the model's {max_positions} positions")
+    splits = {k: read_squad(v) if v is not None else None for k, v in files.items()}
+    if cfg.max_train_examples is not None and cfg.max_train_examples < len(splits["train"]):
+        splits["train"] = random.Random(cfg.seed).sample(splits["train"], cfg.max_train_examples)  # seeded
+    if not golds(splits["dev"]):
+        raise NanobertError(f"{files['dev']} has no answers to score against; give a labelled dev file")
+    return splits, featurize(
+        splits["train"], tokenizer, cfg.max_seq_len, cfg.doc_stride, cfg.max_query_length
+    )
+
+
+def _write_answers(answers: dict[str, Answer], path: Path | None) -> dict[str, str]:
+    """The official prediction file, {question id: answer text}, to `path` (stdout for None)."""
+    texts = {k: a.text for k, a in answers.items()}
+    text = json.dumps(texts, indent=1, ensure_ascii=False) + "\n"
+    if path is None:
+        print(text, end="")
+    else:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text, encoding="utf-8")
+    return texts
+
+
+def _span_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    positions = batch.pop("labels")  # (B, 2): start, end
+    return {"loss": model(**batch, start_positions=positions[:, 0], end_positions=positions[:, 1]).loss}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Prediction
+
+
+def predict_qa(
+    model_dir: str | Path, input_file: str | Path, out: str | Path | None = None
+) -> dict[str, Any]:
+    """Answer every question of a SQuAD JSON file; write the official `{id: answer text}` file to `out`.
+
+    Returns {"questions", "out"} and, when the file has gold answers, their "exact_match" and "f1".
+    """
+    qa = load_qa_model(model_dir)
+    examples = read_squad(input_file)
+    answers = _write_answers(qa.predict(examples), Path(out) if out is not None else None)
+    result: dict[str, Any] = {"questions": len(examples), "out": str(out) if out is not None else None}
+    if golds(examples):
+        result.update(squad_scores(answers, golds(examples)))
+    return result
+
+
+__all__ = ["QAModel", "finetune_qa", "golds", "load_qa_model", "predict_qa", "span_logits"]

@@ -1,0 +1,109 @@
+"""What every fine-tuning job shares: an encoder taken from a pretraining checkpoint (or its from-scratch
+control), and the loop's setup for epochs of shuffled examples with a dev evaluation after each epoch and the
+best epoch saved as best/.
+
+`finetune.py` (classification and regression) and `qa.py` (extractive question answering) differ only in
+their head, their data, their loss and their dev metric; they hand those to `epoch_job` and run the loop
+every job runs (`engine.fit`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nanobert.checkpoint import save_checkpoint
+from nanobert.config import FinetuneConfig
+from nanobert.device import autocast_dtype
+from nanobert.engine import Job, Plan, RunState
+from nanobert.finetune_data import Encoded, ExampleStream
+from nanobert.model import BertForPreTraining
+from nanobert.optim import build_optimizer
+from nanobert.run_log import RunLog
+
+
+def with_encoder(
+    pretrained: BertForPreTraining, head_model: Callable[[], torch.nn.Module], from_scratch: bool, seed: int
+) -> torch.nn.Module:
+    """A task model built by `head_model()` under `seed`, with the pretrained encoder unless `from_scratch`.
+
+    The head (and, from scratch, the encoder) is initialised from `seed`, so a pretrained run and its
+    from-scratch control start from the same head. A head model without a pooler takes the encoder only.
+    """
+    torch.manual_seed(seed)
+    model = head_model()
+    if not from_scratch:
+        state = pretrained.bert.state_dict()
+        if model.bert.pooler is None:
+            state = {k: v for k, v in state.items() if not k.startswith("pooler.")}
+        model.bert.load_state_dict(state)  # the MLM/NSP heads are not carried over
+    return model
+
+
+def epoch_job(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    train: Encoded,
+    cfg: FinetuneConfig,
+    out_dir: Path,
+    *,
+    loss: Callable,
+    evaluate: Callable[[], dict[str, float]],
+    metric: str,
+    kind: str,
+    extra: dict[str, Any],
+    quiet: bool,
+) -> tuple[Job, Plan, RunState, RunLog]:
+    """What the loop needs for `cfg.epochs` epochs of `train`: AdamW (with layer-wise decay when asked),
+    the plan (a dev evaluation, `evaluate()`, at every epoch's end; the best by `metric` saved as best/ of
+    `kind`, its config.json carrying `extra`, the epoch and the dev metrics)."""
+    device = next(model.parameters()).device
+    optimizer = build_optimizer(
+        model, cfg.learning_rate, cfg.weight_decay, eps=cfg.adam_eps, layer_lr_decay=cfg.layer_lr_decay
+    )
+    stream = ExampleStream(train, cfg.batch_size, cfg.seed)
+    steps_per_epoch = stream.batches_per_epoch()
+    plan = Plan(
+        learning_rate=cfg.learning_rate,
+        warmup_ratio=cfg.warmup_ratio,
+        total_steps=cfg.epochs * steps_per_epoch,
+        grad_clip=cfg.grad_clip,
+        log_interval=cfg.log_interval,
+        eval_interval=steps_per_epoch,  # evaluate at the end of every epoch
+        checkpoint_interval=None,
+        resumable=False,
+    )
+    run = RunState()
+
+    def evaluate_epoch() -> dict[str, float]:
+        return {"epoch": run.step // steps_per_epoch, **evaluate()}
+
+    def save(name: str, run: RunState, state: dict | None) -> Path:
+        record = run.history[-1]
+        dev_metrics = {k: v for k, v in record.items() if k not in ("step", "epoch")}
+        extras = {**extra, "epoch": record["epoch"], "dev_metrics": dev_metrics}
+        return save_checkpoint(out_dir / name, model, None, tokenizer, extra=extras, kind=kind)
+
+    job = Job(
+        model=model,
+        train_model=model,
+        optimizer=optimizer,
+        feeder=stream,
+        data_state=stream.state_dict(),
+        loss=loss,
+        evaluate=evaluate_epoch,
+        save=save,
+        device=device,
+        amp_dtype=autocast_dtype(cfg.precision, device),
+        metric=metric,
+        higher_is_better=True,
+        eval_split="dev",
+        divergence_hint="lower --learning-rate",
+    )
+    return job, plan, run, RunLog(out_dir, plan.total_steps, 0, quiet)
+
+
+__all__ = ["epoch_job", "with_encoder"]
