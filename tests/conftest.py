@@ -16,3 +16,11 @@ def tiny_config() -> ModelConfig:
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _precision_cache(tmp_path_factory):
+    """Measured precision choices go to a fresh cache per test session, not the user's ~/.cache."""
+    import os
+
+    os.environ["NANOBERT_CACHE"] = str(tmp_path_factory.mktemp("nanobert-cache"))

@@ -35,3 +35,28 @@ def test_resolve_device_and_autocast_context():
         assert (x @ x.T).dtype == torch.float32
     info = hardware_description(torch.device("cpu"), world_size=2)
     assert info["device"] == "cpu" and info["world_size"] == 2 and info["torch_threads"] >= 1
+
+
+def test_auto_precision_is_the_faster_one_measured_here_and_is_cached(tmp_path, monkeypatch):
+    import time as clock
+
+    from nanobert.device import choose_precision, precision_cache
+
+    monkeypatch.setenv("NANOBERT_CACHE", str(tmp_path))
+    calls = []
+
+    def step(dtype, slow=None):
+        calls.append(dtype)
+        clock.sleep(0.02 if dtype is slow else 0.001)
+
+    cpu = torch.device("cpu")
+    dtype, why = choose_precision("auto", cpu, lambda d: step(d, slow=None), "shape A")
+    assert dtype is torch.bfloat16 and why.startswith("bf16 (auto: a step took 20 ms in fp32")
+    assert calls == [None, torch.bfloat16] + [None, torch.bfloat16] * 3  # warm-ups, then in turns
+    dtype, why = choose_precision("auto", cpu, lambda d: step(d, slow=torch.bfloat16), "shape B")
+    assert dtype is None and why.startswith("fp32 (auto")  # machines differ: here fp32 is the faster
+    calls.clear()
+    assert choose_precision("auto", cpu, step, "shape A")[0] is torch.bfloat16 and calls == []  # cached
+    assert "shape A" in precision_cache().read_text()
+    assert choose_precision("fp32", cpu, step, "shape A") == (None, "fp32, as asked")  # explicit wins
+    assert choose_precision("bf16", cpu, step, "shape B")[0] is torch.bfloat16 and calls == []

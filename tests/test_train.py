@@ -1,6 +1,7 @@
 import json
 
 import pytest
+import torch
 from helpers import TINY_SET, write_corpus
 
 from nanobert.cli import main
@@ -217,3 +218,65 @@ def test_a_causal_run_resumes_bit_for_bit(tmp_path):
     assert losses(split) == losses(full) and len(losses(full)) == 10
     final = lambda run: json.loads((run / "summary.json").read_text())["final"]  # noqa: E731
     assert final(split) == final(full)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Precision chosen by measurement, and the GPU user's path where a CPU can run it
+
+
+def test_precision_auto_is_measured_recorded_and_evaluated_with(tmp_path, capsys):
+    run = tmp_path / "run"
+    argv = [
+        "pretrain",
+        "--train",
+        str(write_corpus(tmp_path / "c.txt")),
+        "--out",
+        str(run),
+        "--max-steps",
+        "3",
+    ]
+    assert main([*argv, "--device", "cpu", "--set", *TINY_SET, "precision=auto"]) == 0
+    err = capsys.readouterr().err
+    chosen = json.loads((run / "last" / "config.json").read_text())["precision"]
+    assert chosen in ("fp32", "bf16") and f"nanobert: precision {chosen} (auto: a step took" in err
+    assert main(["evaluate", str(run / "last"), "--device", "cpu"]) == 0  # in the precision the run chose
+    evaluated = json.loads(capsys.readouterr().out)
+    assert evaluated["mlm_loss"] == pytest.approx(
+        json.loads((run / "summary.json").read_text())["final"]["mlm_loss"]
+    )
+
+
+def test_compile_true_trains_and_matches_eager(tmp_path, monkeypatch):
+    """`--set compile=true` (the GPU recipe's switch) runs the same steps through torch.compile; here with
+    the light aot_eager backend, which traces the model as the GPU's inductor does, in seconds."""
+    import functools
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    runs = {}
+    for compiled in ("false", "true"):
+        runs[compiled] = tmp_path / compiled
+        tokenizer = ["--tokenizer", str(runs["false"] / "last")] if compiled == "true" else []
+        assert (
+            pretrain(tmp_path, runs[compiled], "--max-steps", "4", *tokenizer, "--set", f"compile={compiled}")
+            == 0
+        )
+    eager = [r["loss"] for r in read_metrics(runs["false"]) if r["split"] == "train"]
+    compiled = [r["loss"] for r in read_metrics(runs["true"]) if r["split"] == "train"]
+    assert len(compiled) == 4 and compiled == pytest.approx(eager, abs=1e-4)
+    config = json.loads((runs["true"] / "last" / "config.json").read_text())
+    assert config["train"]["compile"] is True  # and the checkpoint holds plain names (no _orig_mod.)
+    from nanobert.checkpoint import load_pretraining_checkpoint
+
+    load_pretraining_checkpoint(runs["true"] / "last")
+
+
+def test_bf16_autocast_trains_and_resumes_exactly(tmp_path):
+    full, split = tmp_path / "full", tmp_path / "split"
+    bf16 = ["--set", "precision=bf16", "hidden_dropout_prob=0.1"]
+    assert pretrain(tmp_path, full, "--max-steps", "8", *bf16) == 0
+    tokenizer = ["--tokenizer", str(full / "last")]
+    assert pretrain(tmp_path, split, "--max-steps", "8", "--stop-after", "4", *tokenizer, *bf16) == 0
+    assert main(["pretrain", "--resume", str(split / "last"), "--quiet"]) == 0
+    losses = lambda run: [(r["step"], r["loss"]) for r in read_metrics(run) if r["split"] == "train"]  # noqa: E731
+    assert losses(split) == losses(full) and len(losses(full)) == 8
+    assert json.loads((full / "last" / "config.json").read_text())["precision"] == "bf16"

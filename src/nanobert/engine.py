@@ -365,6 +365,38 @@ class _Loop:
 # Small pieces: tokens in a batch, finite weights, RNG and trainer state
 
 
+def precision_step(
+    model: nn.Module, loss: Callable, batch: dict[str, torch.Tensor], device: torch.device
+) -> Callable[[torch.dtype | None], None]:
+    """For `device.choose_precision`: one forward and backward of `loss` on `batch` under an autocast dtype,
+    leaving the RNG states (dropout draws from them) and the gradients as they were, so measuring does not
+    change the run."""
+
+    def step(dtype: torch.dtype | None) -> None:
+        states = rng_state(device)
+        model.train()  # dropout included, as in training
+        with autocast(device, dtype):
+            value = loss(model, {k: v.to(device) for k, v in batch.items()})["loss"]
+        value.backward()
+        model.zero_grad(set_to_none=True)
+        torch.set_rng_state(states["torch"])
+        if "cuda" in states:
+            torch.cuda.set_rng_state(states["cuda"], device)
+
+    return step
+
+
+def shape_key(model: nn.Module, batch: dict[str, torch.Tensor], objective: str) -> str:
+    """What a precision measurement depends on besides the machine: the model's shape and the batch's."""
+    c = model.config
+    layout = "pre-LN" if c.pre_layer_norm else "post-LN"
+    dims = "x".join(str(d) for d in batch["input_ids"].shape)
+    return (
+        f"{objective} {type(model).__name__} L{c.num_hidden_layers} H{c.hidden_size} "
+        f"A{c.num_attention_heads} I{c.intermediate_size} V{c.vocab_size} {layout} batch {dims}"
+    )
+
+
 def _fmt(value: float) -> str:
     return str(value) if isinstance(value, int) else f"{value:.4f}"
 
@@ -440,8 +472,10 @@ __all__ = [
     "SignalRecorder",
     "all_finite",
     "fit",
+    "precision_step",
     "restore_rng",
     "rng_state",
     "run_summary",
+    "shape_key",
     "trainer_state",
 ]

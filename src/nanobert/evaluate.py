@@ -173,7 +173,8 @@ def evaluate_checkpoint(
     else:
         sources = DataSources(data=data, valid_file=valid_file)
     held_out, _ = sources.held_out(tokenizer)
-    amp_dtype = autocast_dtype(train_config.precision, dev)
+    # The precision the run chose (and evaluated itself in), so the numbers are the run's own.
+    amp_dtype = autocast_dtype(config.get("precision", train_config.precision), dev)
     if checkpoint_kind(config) == CAUSAL_LM:
         batches = prepare_causal_eval_batches(held_out, train_config.max_seq_len, batch_size)
         return evaluate_causal(model, batches, dev, amp_dtype)

@@ -23,8 +23,10 @@ from nanobert.evaluate import (
     prepare_causal_eval_batches,
     prepare_eval_batches,
 )
-from nanobert.model import BertForPreTraining, BertLMHeadModel
-from nanobert.pretraining_data import CausalCollator, MaskingCollator, word_start_table
+from nanobert.model import IGNORE_INDEX, BertForPreTraining, BertLMHeadModel
+from nanobert.pretraining_data import CausalCollator, MaskingCollator, query_layout, word_start_table
+from nanobert.streams import MLM_POSITIONS_MULTIPLE, QUERY_WIDTH_MULTIPLE
+from nanobert.tokenizer import CLS_ID, MASK_ID, NUM_SPECIAL_TOKENS
 
 
 def mlm_nsp_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -82,4 +84,36 @@ def collator(cfg: TrainConfig, tokenizer: Tokenizer, vocab_size: int) -> Masking
     )
 
 
-__all__ = ["OBJECTIVES", "Objective", "causal_lm_loss", "collator", "eval_batches", "mlm_nsp_loss"]
+def sample_batch(cfg: TrainConfig, vocab_size: int) -> dict[str, torch.Tensor]:
+    """A batch of the run's shape (batch_size x max_seq_len, its masking rate) of random tokens, as the
+    stream would hand it to the loss: what `device.choose_precision` times the two precisions on."""
+    g = torch.Generator().manual_seed(0)
+    B, T = cfg.batch_size, cfg.max_seq_len
+    ids = torch.randint(NUM_SPECIAL_TOKENS, vocab_size, (B, T), generator=g)
+    ids[:, 0] = CLS_ID
+    if cfg.objective == "causal":
+        windows = ids.tolist()
+        return {**CausalCollator()(windows), "loss_share": torch.ones(2)}
+    labels = torch.where(torch.rand(B, T, generator=g) < cfg.mask_prob, ids, IGNORE_INDEX)
+    labels[:, 0] = IGNORE_INDEX
+    query_positions, mlm_positions = query_layout(labels, MLM_POSITIONS_MULTIPLE, QUERY_WIDTH_MULTIPLE)
+    return {
+        "input_ids": torch.where(labels != IGNORE_INDEX, MASK_ID, ids),
+        "token_type_ids": (torch.arange(T) >= T // 2).long().expand(B, T).contiguous(),
+        "labels": labels,
+        "next_sentence_label": torch.randint(0, 2, (B,), generator=g),
+        "query_positions": query_positions,
+        "mlm_positions": mlm_positions,
+        "loss_share": torch.ones(2),
+    }
+
+
+__all__ = [
+    "OBJECTIVES",
+    "Objective",
+    "causal_lm_loss",
+    "collator",
+    "eval_batches",
+    "mlm_nsp_loss",
+    "sample_batch",
+]

@@ -44,12 +44,22 @@ from nanobert.checkpoint import (
     save_checkpoint,
 )
 from nanobert.config import ModelConfig, TrainConfig, config_from_dict
-from nanobert.device import autocast_dtype, hardware_description, resolve_device
+from nanobert.device import autocast_dtype, choose_precision, hardware_description, resolve_device
 from nanobert.distributed import Distributed, from_environment
-from nanobert.engine import Job, Outcome, Plan, RunState, fit, restore_rng, run_summary
+from nanobert.engine import (
+    Job,
+    Outcome,
+    Plan,
+    RunState,
+    fit,
+    precision_step,
+    restore_rng,
+    run_summary,
+    shape_key,
+)
 from nanobert.errors import NanobertError
 from nanobert.model import BertForPreTraining, BertLMHeadModel
-from nanobert.objectives import OBJECTIVES, collator, eval_batches
+from nanobert.objectives import OBJECTIVES, Objective, collator, eval_batches, sample_batch
 from nanobert.optim import build_optimizer
 from nanobert.plots import plot_curves
 from nanobert.prepare import WindowedInstances
@@ -295,9 +305,13 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
     if s.ctx.enabled:
         device_ids = [device.index] if device.type == "cuda" else None
         train_model = DistributedDataParallel(train_model, device_ids=device_ids)
-    amp_dtype = autocast_dtype(cfg.precision, device)
     objective = OBJECTIVES[cfg.objective]
-    extra = {"data": dataclasses.asdict(s.sources), "preset": preset}
+    amp_dtype, why = _precision(s, objective)
+    extra = {
+        "data": dataclasses.asdict(s.sources),
+        "preset": preset,
+        "precision": "bf16" if amp_dtype else "fp32",
+    }
 
     def save(name: str, run: RunState, state: dict | None) -> Path:
         path, tokenizer, extras = s.out_dir / name, s.tokenizer, {**extra, "step": run.step}
@@ -319,9 +333,24 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
         saved=(s.resume, run.step) if s.resume is not None else None,
     )
     log = RunLog(s.out_dir, plan.total_steps, run.step, quiet, write=s.ctx.is_main)
+    log.say(f"nanobert: precision {why}")
     if s.resume is not None:
         _continue_records(s, run, log)
     return job, plan, run, log
+
+
+def _precision(setup: _Setup, objective: Objective) -> tuple[torch.dtype | None, str]:
+    """The run's autocast dtype: what the resumed run used, else as asked, else the faster one measured on
+    this machine for this model and batch shape (decided on rank 0, the same for every rank)."""
+    s, cfg = setup, setup.cfg
+    if s.resume is not None and cfg.precision == "auto":
+        recorded = read_config(s.resume).get("precision")
+        if recorded in ("fp32", "bf16"):
+            return autocast_dtype(recorded, s.device), f"{recorded}, as the resumed run chose"
+    sample = sample_batch(cfg, s.model.config.vocab_size)
+    step = precision_step(s.model, objective.loss, sample, s.device)
+    key = shape_key(s.model, sample, cfg.objective)
+    return s.ctx.on_main(lambda: choose_precision(cfg.precision, s.device, step, key))
 
 
 def _continue_records(setup: _Setup, run: RunState, log: RunLog) -> None:
