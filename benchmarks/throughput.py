@@ -2,8 +2,13 @@
 
 Both models get the same config, the same initial weights (through nanobert's key map), the same random
 batches (15% of tokens masked, 80/10/10 is irrelevant for speed so chosen tokens become [MASK]), the same
-precision (bf16 autocast on CUDA, fp32 on the CPU) and the same optimizer (AdamW, fused on CUDA). They are
-timed alternately in rounds after a warm-up (which absorbs torch.compile), and the median round is reported.
+precision (`--precision`: fp32, or bf16 autocast on both sides; default bf16 on CUDA, fp32 on the CPU) and
+the same optimizer (AdamW, fused on CUDA). They are timed alternately in rounds after a warm-up (which
+absorbs torch.compile), and the median round is reported.
+
+Utilisation is reported against the dense peak of the same precision: on a CPU that peak is measured by this
+script, in this process, as the best of a few large square matrix multiplies (so "MFU" there means the share
+of what this machine's matrix multiply actually reaches); on a GPU, `--peak-tflops` (H100 bf16: 989).
 
 nanobert is fed the way its trainer feeds it: the query layout computed on the host (`query_positions` and
 `mlm_positions`, so its last layer computes only [CLS] and the masked positions) and no attention mask when a
@@ -15,7 +20,7 @@ The last encoder layer is counted in full, as the issue defines useful FLOPs, al
 skips the queries no loss reads; its utilisation figure includes that saving.
 
     python benchmarks/throughput.py --device cuda --shape base --seq-len 128 --batch-size 256 --compile
-    python benchmarks/throughput.py --device cpu --shape mini --seq-len 128 --batch-size 32 --vocab-size 8192
+    python benchmarks/throughput.py --device cpu --shape mini --vocab-size 8192 --precision fp32
 
 The last line reads `nanobert/transformers: <ratio>x`.
 """
@@ -116,7 +121,10 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per side (absorbs compilation)")
     p.add_argument("--steps", type=int, default=10, help="timed steps per side per round")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--peak-tflops", type=float, default=989.0, help="dense peak for MFU (H100 bf16: 989)")
+    p.add_argument("--peak-tflops", type=float, default=989.0, help="GPU dense peak for MFU (H100 bf16: 989)")
+    p.add_argument(
+        "--precision", choices=["fp32", "bf16"], help="both sides (default: bf16 on CUDA, fp32 on CPU)"
+    )
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument(
@@ -131,7 +139,9 @@ def main() -> None:
     from transformers import BertForPreTraining as HFBertForPreTraining
 
     device = torch.device(args.device)
-    amp_dtype = torch.bfloat16 if device.type == "cuda" else None
+    precision = args.precision or ("bf16" if device.type == "cuda" else "fp32")
+    amp_dtype = torch.bfloat16 if precision == "bf16" else None
+    peak = args.peak_tflops * 1e12 if device.type == "cuda" else matmul_peak(amp_dtype)
     torch.manual_seed(0)
     config = ModelConfig(
         vocab_size=args.vocab_size,
@@ -194,7 +204,7 @@ def main() -> None:
             if device.type == "cuda"
             else f" ({torch.get_num_threads()} threads)"
         )
-        + f", {'bf16' if amp_dtype else 'fp32'}, compile={args.compile}, transformers attn={args.hf_attn}, "
+        + f", {precision}, compile={args.compile}, transformers attn={args.hf_attn}, "
         + ("nanobert's last layer in full, " if args.full_last_layer else "")
         + f"median of {args.rounds} rounds x {args.steps} steps"
     )
@@ -204,12 +214,28 @@ def main() -> None:
         t = statistics.median(side.times)
         rates[side.name] = tokens / t
         mem = f"{side.peak_mem / 2**30:.2f} GiB" if device.type == "cuda" else "n/a"
-        mfu = flops / t / (args.peak_tflops * 1e12)
+        mfu = flops / t / peak
         print(
             f"{side.name:14s} {tokens / t:12,.0f} {args.batch_size / t:10,.1f} {t * 1e3:9.1f} "
             f"{mfu:7.1%} {mem:>10s}"
         )
+    where = "measured here" if device.type == "cpu" else "--peak-tflops"
+    print(f"useful work {flops / tokens / 1e6:.1f} MFLOP/token; {precision} matmul peak ", end="")
+    print(f"{peak / 1e12:.3f} TFLOP/s ({where})")
     print(f"nanobert/transformers: {rates['nanobert'] / rates['transformers']:.2f}x")
+
+
+def matmul_peak(dtype: torch.dtype | None, n: int = 2048, repeats: int = 8) -> float:
+    """FLOP/s of the best of a few (n x n) @ (n x n) products on the CPU in `dtype` (None = fp32)."""
+    a = torch.randn(n, n, dtype=dtype or torch.float32)
+    b = torch.randn(n, n, dtype=dtype or torch.float32)
+    a @ b  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best
 
 
 if __name__ == "__main__":

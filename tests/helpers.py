@@ -56,7 +56,9 @@ TINY_MODEL = dict(
 )
 
 
-def train_tiny_checkpoint(root: Path, steps: int = 3, objective: str = "mlm_nsp") -> Path:
+def train_tiny_checkpoint(
+    root: Path, steps: int = 3, objective: str = "mlm_nsp", settings: tuple = ()
+) -> Path:
     """A tiny post-LN model trained for a few steps on a generated corpus; returns its best/ checkpoint.
     `objective="causal"` trains the causal next-word model instead.
 
@@ -69,7 +71,7 @@ def train_tiny_checkpoint(root: Path, steps: int = 3, objective: str = "mlm_nsp"
 
     root.mkdir(parents=True, exist_ok=True)
     corpus = write_corpus(root / "corpus.txt")
-    settings = [*TINY_SET, "device=cpu", f"max_steps={steps}", f"objective={objective}"]
+    settings = [*TINY_SET, "device=cpu", f"max_steps={steps}", f"objective={objective}", *settings]
     model_over, train_over = parse_overrides(settings)
     model_config, train_config, preset, _ = new_run_configs(None, None, "cpu", model_over, train_over)
     sources = DataSources.for_new_run(train_file=str(corpus))
