@@ -214,28 +214,29 @@ def wrong_kind(directory: Path | str, kind: str, wanted: str) -> NanobertError:
     return NanobertError(f"{directory} holds a {kind} checkpoint, not {wanted}{hint}")
 
 
+def _load(directory: str | Path, map_location, kind: str, model_class: type, wanted: str) -> tuple[Any, dict]:
+    """A checkpoint of `kind` rebuilt as `model_class` (eval mode), with its config; else a one-line error."""
+    config = read_config(directory)
+    found = checkpoint_kind(config)
+    if found != kind:
+        raise wrong_kind(directory, found, wanted)
+    model = _fill(model_class(_model_config(directory, config)), directory)
+    return model.to(map_location).eval(), config
+
+
 def load_pretraining_checkpoint(
     directory: str | Path, map_location: str | torch.device = "cpu"
 ) -> tuple[BertForPreTraining, dict]:
     """Rebuild BertForPreTraining from a checkpoint directory. Returns (model in eval mode, config dict)."""
-    config = read_config(directory)
-    kind = checkpoint_kind(config)
-    if kind != PRETRAINING:
-        raise wrong_kind(directory, kind, "a pretraining checkpoint")
-    model = _fill(BertForPreTraining(_model_config(directory, config)), directory)
-    return model.to(map_location).eval(), config
+    return _load(directory, map_location, PRETRAINING, BertForPreTraining, "a pretraining checkpoint")
 
 
 def load_causal_lm(
     directory: str | Path, map_location: str | torch.device = "cpu"
 ) -> tuple[BertLMHeadModel, dict]:
     """Rebuild a causal BertLMHeadModel from a checkpoint directory. Returns (model in eval mode, config)."""
-    config = read_config(directory)
-    kind = checkpoint_kind(config)
-    if kind != CAUSAL_LM:
-        raise wrong_kind(directory, kind, "a causal language model (pretrain --objective causal)")
-    model = _fill(BertLMHeadModel(_model_config(directory, config)), directory)
-    return model.to(map_location).eval(), config
+    wanted = "a causal language model (pretrain --objective causal)"
+    return _load(directory, map_location, CAUSAL_LM, BertLMHeadModel, wanted)
 
 
 def load_language_model(
@@ -256,12 +257,9 @@ def load_qa(
     `directory` is a checkpoint (RUN/best) or a fine-tuning run directory holding best/.
     """
     directory = _best_of_run(Path(directory))
-    config = read_config(directory)
-    kind = checkpoint_kind(config)
-    if kind != QUESTION_ANSWERING:
-        raise wrong_kind(directory, kind, "a question-answering model (finetune --task qa)")
-    model = _fill(BertForQuestionAnswering(_model_config(directory, config)), directory)
-    return model.to(map_location).eval(), load_tokenizer(directory), config
+    wanted = "a question-answering model (finetune --task qa)"
+    model, config = _load(directory, map_location, QUESTION_ANSWERING, BertForQuestionAnswering, wanted)
+    return model, load_tokenizer(directory), config
 
 
 def _best_of_run(directory: Path) -> Path:

@@ -15,6 +15,8 @@ predicted token.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -57,7 +59,18 @@ def prepare_eval_batches(
     return [collator(instances[i : i + batch_size]) for i in range(0, len(instances), batch_size)]
 
 
-@torch.no_grad()
+@contextmanager
+def evaluating(model: torch.nn.Module) -> Iterator[None]:
+    """Eval mode (no dropout) and no gradients for the block; the model's mode is put back after it."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
 def evaluate_model(
     model: BertForPreTraining,
     batches: list[dict[str, torch.Tensor]],
@@ -65,35 +78,33 @@ def evaluate_model(
     autocast_dtype: torch.dtype | None = None,
 ) -> dict[str, float]:
     """The five held-out metrics (METRIC_KEYS) of `model` on pre-masked `batches`."""
-    was_training = model.training
-    model.eval()
     device = torch.device(device)
     mlm_loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     mlm_correct = torch.zeros((), dtype=torch.long, device=device)
     nsp_loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     nsp_correct = torch.zeros((), dtype=torch.long, device=device)
     n_masked = n_pairs = 0
-    for batch in batches:
-        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-        with autocast(device, autocast_dtype):
-            out = model(
-                batch["input_ids"],
-                batch["token_type_ids"],
-                batch["attention_mask"],
-                labels=batch["labels"],
-                next_sentence_label=batch["next_sentence_label"],
-            )
-        labels = batch["labels"][batch["labels"] != IGNORE_INDEX]  # same order as prediction_logits
-        logits = out.prediction_logits.float()
-        mlm_loss_sum += F.cross_entropy(logits, labels, reduction="sum").double()
-        mlm_correct += (logits.argmax(-1) == labels).sum()
-        nsp_logits = out.seq_relationship_logits.float()
-        nsp_labels = batch["next_sentence_label"]
-        nsp_loss_sum += F.cross_entropy(nsp_logits, nsp_labels, reduction="sum").double()
-        nsp_correct += (nsp_logits.argmax(-1) == nsp_labels).sum()
-        n_masked += labels.numel()
-        n_pairs += nsp_labels.numel()
-    model.train(was_training)
+    with evaluating(model):
+        for batch in batches:
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            with autocast(device, autocast_dtype):
+                out = model(
+                    batch["input_ids"],
+                    batch["token_type_ids"],
+                    batch["attention_mask"],
+                    labels=batch["labels"],
+                    next_sentence_label=batch["next_sentence_label"],
+                )
+            labels = batch["labels"][batch["labels"] != IGNORE_INDEX]  # same order as prediction_logits
+            logits = out.prediction_logits.float()
+            mlm_loss_sum += F.cross_entropy(logits, labels, reduction="sum").double()
+            mlm_correct += (logits.argmax(-1) == labels).sum()
+            nsp_logits = out.seq_relationship_logits.float()
+            nsp_labels = batch["next_sentence_label"]
+            nsp_loss_sum += F.cross_entropy(nsp_logits, nsp_labels, reduction="sum").double()
+            nsp_correct += (nsp_logits.argmax(-1) == nsp_labels).sum()
+            n_masked += labels.numel()
+            n_pairs += nsp_labels.numel()
     mlm_loss = mlm_loss_sum.item() / max(n_masked, 1)
     return {
         "mlm_loss": mlm_loss,
@@ -115,7 +126,6 @@ def prepare_causal_eval_batches(
     return [collator(windows[i : i + batch_size]) for i in range(0, len(windows), batch_size)]
 
 
-@torch.no_grad()
 def evaluate_causal(
     model: BertLMHeadModel,
     batches: list[dict[str, torch.Tensor]],
@@ -123,23 +133,21 @@ def evaluate_causal(
     autocast_dtype: torch.dtype | None = None,
 ) -> dict[str, float]:
     """Next-word loss, accuracy and perplexity (CAUSAL_METRIC_KEYS) per predicted token over `batches`."""
-    was_training = model.training
-    model.eval()
     device = torch.device(device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     correct = torch.zeros((), dtype=torch.long, device=device)
     n_targets = 0
-    for batch in batches:
-        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-        with autocast(device, autocast_dtype):
-            logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).logits
-        targets = batch["labels"][:, 1:]  # the token after each position
-        keep = targets != IGNORE_INDEX
-        scores, targets = logits[:, :-1][keep].float(), targets[keep]  # (N, V), (N,)
-        loss_sum += F.cross_entropy(scores, targets, reduction="sum").double()
-        correct += (scores.argmax(-1) == targets).sum()
-        n_targets += targets.numel()
-    model.train(was_training)
+    with evaluating(model):
+        for batch in batches:
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            with autocast(device, autocast_dtype):
+                logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).logits
+            targets = batch["labels"][:, 1:]  # the token after each position
+            keep = targets != IGNORE_INDEX
+            scores, targets = logits[:, :-1][keep].float(), targets[keep]  # (N, V), (N,)
+            loss_sum += F.cross_entropy(scores, targets, reduction="sum").double()
+            correct += (scores.argmax(-1) == targets).sum()
+            n_targets += targets.numel()
     loss = loss_sum.item() / max(n_targets, 1)
     return {
         "lm_loss": loss,
@@ -191,6 +199,7 @@ __all__ = [
     "evaluate_causal",
     "evaluate_checkpoint",
     "evaluate_model",
+    "evaluating",
     "eval_instances",
     "prepare_causal_eval_batches",
     "prepare_eval_batches",

@@ -35,12 +35,13 @@ from nanobert.config import FinetuneConfig, config_to_dict
 from nanobert.device import autocast, autocast_dtype, hardware_description, resolve_device
 from nanobert.engine import Job, Plan, RunState, fit, run_summary
 from nanobert.errors import NanobertError
+from nanobert.evaluate import evaluating
 from nanobert.finetune_data import (
     Encoded,
     Split,
     TaskSpec,
-    collate,
     label_ids,
+    length_sorted_batches,
     load_split,
     read_texts,
     regression_targets,
@@ -76,22 +77,13 @@ def model_outputs(
     amp_dtype: torch.dtype | None,
     batch_size: int,
 ) -> np.ndarray:
-    """Logits (or regression scores) of every example, (N, num_labels) float32, in the input order.
-
-    Batches are formed from length-sorted examples, so little compute goes to padding.
-    """
-    was_training = model.training
-    model.eval()
-    order = np.argsort([len(ids) for ids in data.input_ids], kind="stable")
+    """Logits (or regression scores) of every example, (N, num_labels) float32, in the input order."""
     out = np.zeros((len(data), model.num_labels), dtype=np.float32)
-    unlabelled = Encoded(data.input_ids, data.token_type_ids, None)
-    for start in range(0, len(order), batch_size):
-        index = order[start : start + batch_size]
-        batch = {k: v.to(device) for k, v in collate(unlabelled, index).items()}
-        with autocast(device, amp_dtype):
-            logits = model(**batch).logits
-        out[index] = logits.float().cpu().numpy()
-    model.train(was_training)
+    with evaluating(model):
+        for index, batch in length_sorted_batches(data, batch_size):
+            with autocast(device, amp_dtype):
+                logits = model(**{k: v.to(device) for k, v in batch.items()}).logits
+            out[index] = logits.float().cpu().numpy()
     return out
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -215,6 +216,18 @@ def load_split(
     return Split(table, Encoded(ids, types, y)), labels
 
 
+def length_sorted_batches(
+    data: Encoded, batch_size: int
+) -> Iterator[tuple[np.ndarray, dict[str, torch.Tensor]]]:
+    """(indexes, unlabelled batch) over every example, shortest first, so little compute goes to padding:
+    how predictions and dev evaluations walk a dataset."""
+    order = np.argsort([len(ids) for ids in data.input_ids], kind="stable")
+    unlabelled = Encoded(data.input_ids, data.token_type_ids, None)
+    for start in range(0, len(order), batch_size):
+        index = order[start : start + batch_size]
+        yield index, collate(unlabelled, index)
+
+
 class ExampleStream:
     """Endless training batches of `data`: each epoch a fresh shuffle (`train_batches`), collated on demand.
 
@@ -254,6 +267,7 @@ __all__ = [
     "label_ids",
     "label_key",
     "label_order",
+    "length_sorted_batches",
     "load_split",
     "read_texts",
     "regression_targets",

@@ -28,12 +28,13 @@ from nanobert.config import QAConfig, config_to_dict
 from nanobert.device import autocast, autocast_dtype, hardware_description, resolve_device
 from nanobert.engine import fit, run_summary
 from nanobert.errors import NanobertError
-from nanobert.finetune_data import Encoded
+from nanobert.evaluate import evaluating
+from nanobert.finetune_data import Encoded, length_sorted_batches
 from nanobert.metrics import squad_scores
 from nanobert.model import BertForQuestionAnswering
 from nanobert.qa_data import Answer, QAExample, QAFeatures, best_answers, featurize, read_squad
 from nanobert.run_log import prepare_out_dir, write_summary
-from nanobert.tokenizer import PAD_ID, load_tokenizer, pad
+from nanobert.tokenizer import load_tokenizer
 from nanobert.tuning import epoch_job, with_encoder
 
 
@@ -86,22 +87,17 @@ def span_logits(
     batch_size: int,
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Start and end logits of every window (each as long as its window), from length-sorted batches."""
-    was_training = model.training
-    model.eval()
-    order = np.argsort([len(ids) for ids in features.input_ids], kind="stable")
     starts: list[np.ndarray] = [None] * len(features)  # type: ignore[list-item]
     ends: list[np.ndarray] = [None] * len(features)  # type: ignore[list-item]
-    for begin in range(0, len(order), batch_size):
-        index = order[begin : begin + batch_size]
-        ids, mask = pad([features.input_ids[i] for i in index], PAD_ID)
-        types, _ = pad([features.token_type_ids[i] for i in index], 0)
-        with autocast(device, amp_dtype):
-            out = model(ids.to(device), types.to(device), mask.long().to(device))
-        s, e = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
-        for row, i in enumerate(index):
-            n = len(features.input_ids[i])
-            starts[i], ends[i] = s[row, :n], e[row, :n]
-    model.train(was_training)
+    windows = Encoded(features.input_ids, features.token_type_ids)
+    with evaluating(model):
+        for index, batch in length_sorted_batches(windows, batch_size):
+            with autocast(device, amp_dtype):
+                out = model(**{k: v.to(device) for k, v in batch.items()})
+            s, e = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
+            for row, i in enumerate(index):
+                n = len(features.input_ids[i])
+                starts[i], ends[i] = s[row, :n], e[row, :n]
     return starts, ends
 
 

@@ -1,0 +1,62 @@
+"""Take the README's screenshots of `nanobert serve` in headless Chromium (Debian's chromium, Playwright).
+
+    python docs/screenshot.py RUN/best --out docs
+"""
+
+import argparse
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from playwright.sync_api import sync_playwright
+
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoint")
+    p.add_argument("--out", default="docs")
+    p.add_argument("--chromium", default="/usr/bin/chromium")
+    args = p.parse_args()
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "nanobert", "serve", args.checkpoint, "--port", str(port)])
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(base + "/api/info", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=args.chromium, args=FLAGS, headless=True)
+            page = browser.new_page(viewport={"width": 1100, "height": 760})
+            page.goto(base + "/")
+            page.wait_for_selector("body[data-ready=true]")
+            page.fill("#fill-text", "the [MASK] of the united states is the head of state .")
+            page.click("#fill-go")
+            page.wait_for_selector("#fill-filled")
+            page.screenshot(path=str(Path(args.out) / "serve-fill-mask.png"))
+            page.click("nav button[data-panel=attention]")
+            page.click("#attention-go")
+            page.wait_for_selector("canvas.heatmap")
+            page.select_option("#attention-layer", "1")
+            page.hover("canvas.heatmap", position={"x": 200, "y": 160})
+            page.screenshot(path=str(Path(args.out) / "serve-attention.png"))
+            browser.close()
+    finally:
+        server.terminate()
+
+
+if __name__ == "__main__":
+    main()
