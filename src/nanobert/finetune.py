@@ -222,10 +222,9 @@ def _job(
 ) -> tuple[Job, Plan, RunState, RunLog]:
     """What the loop needs: epochs of shuffled batches, the loss, a dev evaluation per epoch, saving best/."""
     device = next(model.parameters()).device
-    amp_dtype = autocast_dtype(cfg.precision, device)
     train, dev = splits["train"], splits["dev"]
 
-    def evaluate() -> dict[str, float]:
+    def evaluate(amp_dtype: torch.dtype | None) -> dict[str, float]:
         outputs = model_outputs(model, dev.data, device, amp_dtype, cfg.eval_batch_size)
         return compute_metrics(task, outputs, dev.data.labels)
 
@@ -262,7 +261,8 @@ def classify(
         raise NanobertError("a text is empty; give every example some words")
     device = next(model.parameters()).device
     ids, types = encode_pairs(tokenizer, texts_a, texts_b, int(config.get("max_seq_len", 128)))
-    return model_outputs(model, Encoded(ids, types), device, autocast_dtype("auto", device), batch_size)
+    amp_dtype = autocast_dtype(config.get("precision", "auto"), device)  # as the model was trained
+    return model_outputs(model, Encoded(ids, types), device, amp_dtype, batch_size)
 
 
 def predict(

@@ -46,14 +46,14 @@ class QAModel:
         self.settings = QAConfig(**{k: v for k, v in config.get("finetune", {}).items() if k in _QA_FIELDS})
         self.with_no_answer = bool(config.get("version_2_with_negative", False))
         self.device = next(model.parameters()).device
+        self.amp_dtype = autocast_dtype(config.get("precision", self.settings.precision), self.device)
 
     def predict(self, examples: list[QAExample], batch_size: int | None = None) -> dict[str, Answer]:
         """The best answer to every example (by id)."""
         s = self.settings
         features = featurize(examples, self.tokenizer, s.max_seq_len, s.doc_stride, s.max_query_length)
-        amp_dtype = autocast_dtype(s.precision, self.device)
         batch_size = batch_size or s.eval_batch_size
-        starts, ends = span_logits(self.model, features, self.device, amp_dtype, batch_size)
+        starts, ends = span_logits(self.model, features, self.device, self.amp_dtype, batch_size)
         threshold = s.null_score_threshold if self.with_no_answer else None
         return best_answers(examples, features, starts, ends, s.max_answer_length, s.n_best_size, threshold)
 
@@ -154,9 +154,10 @@ def finetune_qa(
     positions = np.asarray(features.positions, dtype=np.int64)
     job, plan, run, log = epoch_job(
         model, tokenizer, Encoded(features.input_ids, features.token_type_ids, positions), cfg, out_dir,
-        loss=_span_loss, evaluate=lambda: qa.score(splits["dev"]), metric=cfg.metric or "f1",
+        loss=_span_loss, evaluate=lambda amp_dtype: qa.score(splits["dev"]), metric=cfg.metric or "f1",
         kind=QUESTION_ANSWERING, extra=extra, quiet=quiet,
     )  # fmt: skip
+    qa.amp_dtype = job.amp_dtype  # dev answers in the precision the run chose
     log.say(
         f"nanobert: fine-tuning {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters "
         f"({extra['init']} encoder) for question answering; {len(splits['train'])} train questions in "

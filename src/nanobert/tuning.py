@@ -13,13 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from nanobert.checkpoint import save_checkpoint
 from nanobert.config import FinetuneConfig
-from nanobert.device import autocast_dtype
-from nanobert.engine import Job, Plan, RunState
-from nanobert.finetune_data import Encoded, ExampleStream
+from nanobert.device import choose_precision
+from nanobert.engine import Job, Plan, RunState, precision_step, shape_key
+from nanobert.finetune_data import Encoded, ExampleStream, collate
 from nanobert.model import BertForPreTraining
 from nanobert.optim import build_optimizer
 from nanobert.run_log import RunLog
@@ -51,16 +52,21 @@ def epoch_job(
     out_dir: Path,
     *,
     loss: Callable,
-    evaluate: Callable[[], dict[str, float]],
+    evaluate: Callable[[torch.dtype | None], dict[str, float]],
     metric: str,
     kind: str,
     extra: dict[str, Any],
     quiet: bool,
 ) -> tuple[Job, Plan, RunState, RunLog]:
     """What the loop needs for `cfg.epochs` epochs of `train`: AdamW (with layer-wise decay when asked),
-    the plan (a dev evaluation, `evaluate()`, at every epoch's end; the best by `metric` saved as best/ of
-    `kind`, its config.json carrying `extra`, the epoch and the dev metrics)."""
+    the precision (`device.choose_precision` on a batch of `train`), the plan (a dev evaluation,
+    `evaluate(autocast dtype)`, at every epoch's end; the best by `metric` saved as best/ of `kind`, its
+    config.json carrying `extra`, the precision, the epoch and the dev metrics)."""
     device = next(model.parameters()).device
+    sample = collate(train, np.arange(min(cfg.batch_size, len(train))))
+    step = precision_step(model, loss, sample, device)
+    amp_dtype, why = choose_precision(cfg.precision, device, step, shape_key(model, sample, kind))
+    extra = {**extra, "precision": "bf16" if amp_dtype else "fp32"}
     optimizer = build_optimizer(
         model, cfg.learning_rate, cfg.weight_decay, eps=cfg.adam_eps, layer_lr_decay=cfg.layer_lr_decay
     )
@@ -79,7 +85,7 @@ def epoch_job(
     run = RunState()
 
     def evaluate_epoch() -> dict[str, float]:
-        return {"epoch": run.step // steps_per_epoch, **evaluate()}
+        return {"epoch": run.step // steps_per_epoch, **evaluate(amp_dtype)}
 
     def save(name: str, run: RunState, state: dict | None) -> Path:
         record = run.history[-1]
@@ -97,13 +103,15 @@ def epoch_job(
         evaluate=evaluate_epoch,
         save=save,
         device=device,
-        amp_dtype=autocast_dtype(cfg.precision, device),
+        amp_dtype=amp_dtype,
         metric=metric,
         higher_is_better=True,
         eval_split="dev",
         divergence_hint="lower --learning-rate",
     )
-    return job, plan, run, RunLog(out_dir, plan.total_steps, 0, quiet)
+    log = RunLog(out_dir, plan.total_steps, 0, quiet)
+    log.say(f"nanobert: precision {why}")
+    return job, plan, run, log
 
 
 __all__ = ["epoch_job", "with_encoder"]
