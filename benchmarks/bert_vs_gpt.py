@@ -181,18 +181,26 @@ def examples(bert_dir: Path, gpt_dir: Path) -> dict:
 
 
 def markdown(result: dict) -> str:
+    """The table README.md shows ("BERT and GPT on the same stack"), same columns: accuracy at the same
+    positions, all and by place (the better model's in bold), then each model's own held-out loss (on its own
+    targets, so the two are not comparable) and perplexity."""
     s, own = result["same_positions"], result["own"]
     lines = [
-        "| model | sees | accuracy, all masked positions | first word | middle | last word | own loss "
-        "| own perplexity |",
+        f"| model | sees | accuracy, all {s['bert']['positions']:,} positions | first word of a sentence "
+        "| middle | last word | own held-out loss | own perplexity |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    rows = (("BERT (MLM + NSP)", "both sides", "bert", "mlm"), ("GPT (causal)", "left only", "gpt", "lm"))
-    for name, sees, key, prefix in rows:
-        t = s[key]
+    rows = (
+        ("BERT (MLM + NSP)", "both sides", "bert", "mlm", "masked tokens"),
+        ("GPT (causal)", "left only", "gpt", "lm", "next word"),
+    )
+    for name, sees, key, prefix, targets in rows:
+        accuracy = []
+        for column in ("all", *PLACES):
+            value, best = s[key][column], max(s[m][column] for m in ("bert", "gpt"))
+            accuracy.append(f"**{value:.3f}**" if value == best else f"{value:.3f}")
         lines.append(
-            f"| {name} | {sees} | **{t['all']:.3f}** | {t['first word']:.3f} | {t['middle']:.3f} | "
-            f"{t['last word']:.3f} | {own[key][prefix + '_loss']:.3f} | "
+            f"| {name} | {sees} | {' | '.join(accuracy)} | {own[key][prefix + '_loss']:.2f} ({targets}) | "
             f"{own[key][prefix + '_perplexity']:.0f} |"
         )
     counts = s["bert"]["counts"]

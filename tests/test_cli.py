@@ -1,5 +1,6 @@
 """Bad input gets one line on stderr and exit code 2, never a traceback, and never loses earlier work."""
 
+import json
 import subprocess
 import sys
 
@@ -119,3 +120,52 @@ def test_no_traceback_from_a_real_process(tmp_path):
     )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_causal_text_shorter_than_one_window_is_a_one_line_error(tmp_path, capsys):
+    """It used to hang: every epoch had no batch, and the stream looked for one forever."""
+    out = tmp_path / "out"
+    argv = ["pretrain", "--data", "toy", "--objective", "causal", "--out", str(out), "--max-steps", "2"]
+    code, err = run_cli(
+        capsys, *argv, "--device", "cpu", "--quiet", "--set", "precision=fp32", "max_seq_len=128"
+    )
+    assert_one_line_error(code, err, "too short for one window of max_seq_len=128 tokens")
+    assert "--set max_seq_len=" in err
+    assert not out.exists()  # the corpus is checked before the output directory is made
+    # A prepared corpus is checked as it opens, before anything is written.
+    small = tmp_path / "small.txt"
+    small.write_text(" = One = \n\n Alpha bravo charlie .\n\n = Two = \n\n Delta echo foxtrot .\n")
+    prepare = ["prepare", "--data", str(small), "--valid", str(small), "--out", str(tmp_path / "prep")]
+    assert main([*prepare, "--vocab-size", "120", "--quiet"]) == 0
+    prepared = tmp_path / "prepared-run"
+    argv = ["pretrain", "--prepared", str(tmp_path / "prep"), "--objective", "causal", "--out", str(prepared)]
+    code, err = run_cli(capsys, *argv, "--max-steps", "2", "--device", "cpu", "--quiet", "--set", *TINY_SET)
+    assert_one_line_error(code, err, "too short for one window of max_seq_len=48 tokens")
+    assert not prepared.exists()
+
+
+def test_set_objective_causal_is_the_same_as_the_objective_option(tmp_path, capsys):
+    """`--set objective=causal` sets the field `--objective causal` sets: the same causal run."""
+    tiny = [s for s in TINY_SET if "vocab" not in s]  # the toy corpus keeps its preset's vocabulary
+
+    def pretrain(out, *how):
+        argv = [
+            "pretrain",
+            "--data",
+            "toy",
+            "--out",
+            str(out),
+            "--max-steps",
+            "3",
+            "--device",
+            "cpu",
+            "--quiet",
+        ]
+        assert main([*argv, *how, "--set", *tiny]) == 0, capsys.readouterr().err
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        assert json.loads((out / "best" / "config.json").read_text())["kind"] == "causal_lm"
+        return [(r["split"], r["step"], r["loss"] if "loss" in r else r["lm_loss"]) for r in rows]
+
+    option = pretrain(tmp_path / "option", "--objective", "causal")
+    tokenizer = ["--tokenizer", str(tmp_path / "option" / "last")]  # WordPiece training may break ties apart
+    assert pretrain(tmp_path / "set", *tokenizer, "--set", "objective=causal") == option

@@ -16,10 +16,10 @@ import torch
 from helpers import TINY_SET, write_corpus
 
 import nanobert
-from nanobert.checkpoint import load_pretraining_checkpoint, load_trainer_state
+from nanobert.checkpoint import load_language_model, load_pretraining_checkpoint, load_trainer_state
 from nanobert.cli import main
 from nanobert.errors import NanobertError
-from nanobert.model import BertForPreTraining
+from nanobert.model import BertForPreTraining, BertLMHeadModel
 
 
 @pytest.fixture
@@ -122,10 +122,13 @@ def test_kill_9_during_a_checkpoint_write_keeps_the_previous_one(data, tmp_path)
     assert [g[2] for g in got] == pytest.approx([w[2] for w in want], abs=1e-4)  # 1 vs 2 threads at steps 1-4
 
 
-def poison_training_forward(monkeypatch, from_call: int, on_poison=None):
+def poison_training_forward(
+    monkeypatch, from_call: int, on_poison=None, model=BertForPreTraining, loss="mlm_loss"
+):
     """Make the training loss NaN from the `from_call`-th training forward on (so gradients and then the
-    weights turn NaN), as a real divergence does."""
-    original = BertForPreTraining.forward
+    weights turn NaN), as a real divergence does. `model` is the class trained and `loss` its output field
+    the poison goes into."""
+    original = model.forward
     calls = [0]
 
     def forward(self, *args, **kwargs):
@@ -135,10 +138,10 @@ def poison_training_forward(monkeypatch, from_call: int, on_poison=None):
             if calls[0] >= from_call:
                 if calls[0] == from_call and on_poison is not None:
                     on_poison()
-                out.mlm_loss = out.mlm_loss * float("nan")
+                setattr(out, loss, getattr(out, loss) * float("nan"))
         return out
 
-    monkeypatch.setattr(BertForPreTraining, "forward", forward)
+    monkeypatch.setattr(model, "forward", forward)
 
 
 def digest(directory: Path) -> dict[str, str]:
@@ -166,6 +169,26 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(
     assert digest(run / "last") == before  # not a byte changed
     model, config = load_pretraining_checkpoint(run / "last")
     assert config["step"] == 4 and all(torch.isfinite(p).all() for p in model.parameters())
+    assert not (run / "summary.json").exists()
+
+
+def test_a_diverging_causal_run_keeps_its_last_good_checkpoint(data, tmp_path, capsys, monkeypatch):
+    """The causal objective on the same engine: a NaN next-word loss ends the run the same way."""
+    run = tmp_path / "run"
+    before = {}
+    poison_training_forward(
+        monkeypatch, 6, lambda: before.update(digest(run / "last")), BertLMHeadModel, "loss"
+    )
+    tiny = ["--set", *TINY_SET, "eval_interval=4", "log_interval=1"]
+    assert main(pretrain_argv(data, run, "--objective", "causal", "--max-steps", "12", *tiny)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "training diverged at step 6 (loss nan)" in err, err
+    assert f"the last good checkpoint ({run / 'last'}, step 4) is kept" in err
+    assert digest(run / "last") == before  # not a byte changed
+    model, config = load_language_model(run / "last")
+    assert isinstance(model, BertLMHeadModel) and config["kind"] == "causal_lm" and config["step"] == 4
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert load_trainer_state(run / "last")["run"]["step"] == 4  # and it resumes from there
     assert not (run / "summary.json").exists()
 
 

@@ -256,3 +256,11 @@ def test_each_objective_refuses_the_other_ones_commands(checkpoint, causal, caps
     assert (
         code == 0 and np.triu(attention, k=1).max() == 0.0 and np.allclose(attention.sum(-1), 1.0, atol=1e-3)
     )
+
+
+@pytest.mark.parametrize("prompt", ["", "  \t "])
+def test_generate_refuses_an_empty_prompt_like_every_other_command(causal, capsys, prompt):
+    with pytest.raises(NanobertError, match="the text is empty"):
+        load(causal).generate(prompt)
+    code, out, err = run_cli(capsys, "generate", causal, prompt)
+    assert code == 2 and out == "" and len(err.splitlines()) == 1 and "the text is empty" in err, err

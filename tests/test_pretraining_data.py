@@ -430,6 +430,28 @@ def test_causal_windows_cover_the_stream_and_move_between_epochs():
         assert any(stream[i : i + 5] == body for i in range(len(stream) - 4))
 
 
+@pytest.mark.parametrize("extra", [0, 1, 7, 8])
+def test_a_causal_stream_of_one_to_two_windows_gives_a_full_window_every_epoch(extra):
+    """The random offset used to be any of seq_len - 1 places, so a stream shorter than two windows lost
+    its only full window in most epochs (and every epoch of a --data toy run of max_seq_len 64 or more)."""
+    from nanobert.pretraining_data import causal_stream_tokens, causal_windows, require_causal_window
+
+    seq_len = 10
+    docs = [[[FIRST + i for i in range(seq_len - 2 + extra)]]]  # and its [SEP]: (seq_len - 1) + extra tokens
+    assert causal_stream_tokens(docs) == seq_len - 1 + extra
+    require_causal_window(causal_stream_tokens(docs), seq_len)
+    stream = [*docs[0][0], SEP]
+    for epoch in range(30):
+        windows = causal_windows(docs, seq_len, seed=1, epoch=epoch)
+        assert [len(w) for w in windows] == [seq_len], (epoch, windows)
+        assert any(windows[0][1:] == stream[i : i + seq_len - 1] for i in range(extra + 1))
+    too_long = (
+        f"too short for one window of max_seq_len={seq_len + extra + 1} tokens: it has {seq_len + extra - 1}"
+    )
+    with pytest.raises(NanobertError, match=too_long):
+        require_causal_window(causal_stream_tokens(docs), seq_len + extra + 1)
+
+
 def test_causal_collator_labels_are_the_inputs():
     from nanobert.pretraining_data import CausalCollator
 

@@ -129,8 +129,7 @@ class InferenceModel:
     def check_text(self, text_a: str, text_b: str | None = None) -> None:
         """NanobertError for an empty text, or one longer than the model's position table (which the other
         methods would truncate; the browser page says so instead)."""
-        if any(t is not None and not t.strip() for t in (text_a, text_b)):
-            raise NanobertError("the text is empty; type a sentence")
+        _require_words(text_a, text_b)
         if self.kind == CAUSAL_LM:
             text = text_a if text_b is None else f"{text_a} {text_b}"
             n = 1 + len(encode_sentences(self.tokenizer, [text])[0])
@@ -283,8 +282,10 @@ class InferenceModel:
         (below 1) or flattened (above 1), restricted to the `top_k` most probable pieces when given. The
         sampling generator is seeded, so a seed gives the same text every time. Stops at `max_new_tokens`,
         at [SEP] (the end of a document in the training stream), or at the end of the position table.
+        An empty or all-whitespace prompt is a NanobertError ("the text is empty"), as in `check_text`.
         """
         self._require(CAUSAL_LM, "generate")
+        _require_words(prompt)  # an empty prompt would continue nothing but [CLS]
         if max_new_tokens < 1 or temperature < 0 or (top_k is not None and top_k < 1):
             raise NanobertError(
                 "generate needs max_new_tokens >= 1, temperature >= 0 and top_k >= 1 (or none)"
@@ -312,6 +313,12 @@ class InferenceModel:
         continuation = self.tokenizer.decode(new)
         text = self._decode(ids)
         return Generation(prompt, continuation, text, self.tokens(new), probabilities, stop)
+
+
+def _require_words(*texts: str | None) -> None:
+    """NanobertError when a given text is empty or only whitespace (None means no text was asked for)."""
+    if any(t is not None and not t.strip() for t in texts):
+        raise NanobertError("the text is empty; type a sentence")
 
 
 def _pick(logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator) -> int:

@@ -56,6 +56,7 @@ from nanobert.pretraining_data import (
     _instances_from_document,  # google's per-document algorithm, here fed documents read from the memmap
     batches,
     causal_batches,
+    require_causal_window,
 )
 from nanobert.tokenizer import encode_sentences, load_tokenizer, save_tokenizer, train_tokenizer
 
@@ -416,6 +417,8 @@ class WindowedInstances:
         self.split, self.cfg = split, cfg
         self.window_tokens = window_tokens or WINDOW_TOKENS
         self.doc_tokens = split.document_tokens()
+        if cfg.objective == "causal":  # the stream is every document's tokens and a [SEP] after each
+            require_causal_window(int(self.doc_tokens.sum()) + len(split), cfg.max_seq_len)
         self._windows: tuple[int, list[np.ndarray]] | None = None
 
     def _epoch_windows(self, epoch: int) -> list[np.ndarray]:

@@ -34,11 +34,13 @@ __all__ = [
     "MaskingCollator",
     "batches",
     "causal_batches",
+    "causal_stream_tokens",
     "causal_windows",
     "create_instances",
     "masked_positions",
     "nsp_documents",
     "query_layout",
+    "require_causal_window",
     "word_start_table",
 ]
 
@@ -451,20 +453,40 @@ def causal_windows(
     learns where a document ends). With `shuffle` (training) the first window starts at an offset drawn from
     (seed, epoch), so each epoch cuts the text at other places, and the windows come out in a shuffled order;
     without it (held-out data) the cut starts at 0 and the order is the text's. The last, shorter window is
-    kept only with `keep_last`. A pure function of its arguments.
+    kept only with `keep_last`. A stream of at least `seq_len - 1` tokens (`causal_stream_tokens`) gives at
+    least one full window in every epoch: the offset never leaves less than a window after it. A pure
+    function of its arguments.
     """
     if seq_len < 2:
         raise NanobertError(f"seq_len={seq_len} is too small; a window needs [CLS] and at least one token")
     stream = [t for doc in documents for t in [*(t for sentence in doc for t in sentence), SEP_ID]]
     span = seq_len - 1
     rng = _rng("causal", seed, epoch)
-    start = rng.randrange(span) if shuffle else 0
+    # Any offset below span on a long stream; on one shorter than two windows, one that leaves a full window.
+    start = rng.randrange(max(1, min(span, len(stream) - span + 1))) if shuffle else 0
     windows = [[CLS_ID, *stream[i : i + span]] for i in range(start, len(stream), span)]
     if windows and len(windows[-1]) < seq_len and not keep_last:
         windows.pop()
     if shuffle:
         rng.shuffle(windows)
     return windows
+
+
+def causal_stream_tokens(documents: list[list[list[int]]]) -> int:
+    """Tokens in the stream `causal_windows` cuts: every sentence's, plus one [SEP] per document."""
+    return sum(len(sentence) for doc in documents for sentence in doc) + len(documents)
+
+
+def require_causal_window(stream_tokens: int, seq_len: int) -> None:
+    """NanobertError unless a training stream of `stream_tokens` tokens fills one window of `seq_len`
+    ([CLS] and `seq_len - 1` tokens): with less, every epoch would have no batch at all."""
+    if stream_tokens >= seq_len - 1:
+        return
+    smaller = f" (at most {stream_tokens + 1})" if stream_tokens + 1 >= 8 else ""  # TrainConfig's minimum
+    raise NanobertError(
+        f"the training text is too short for one window of max_seq_len={seq_len} tokens: it has "
+        f"{stream_tokens}; pass a smaller --set max_seq_len=...{smaller} or train on more text"
+    )
 
 
 def causal_batches(

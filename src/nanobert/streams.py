@@ -18,14 +18,17 @@ from typing import Any
 import torch
 
 from nanobert.config import TrainConfig
+from nanobert.errors import NanobertError
 from nanobert.pretraining_data import (
     IGNORE_INDEX,
     Instance,
     MaskingCollator,
     batches,
     causal_batches,
+    causal_stream_tokens,
     create_instances,
     query_layout,
+    require_causal_window,
 )
 
 MLM_POSITIONS_MULTIPLE = 64  # masked-position count padded to this, so compiled shapes stay few
@@ -36,9 +39,12 @@ class CorpusInstances:
     """A tokenized corpus held in memory; each epoch is one window holding all of it.
 
     The in-memory twin of `prepare.WindowedInstances` (same interface), for corpora that fit in RAM.
+    NanobertError at once for a causal corpus too short for one window (its epochs would have no batch).
     """
 
     def __init__(self, tokenized: list[list[list[int]]], cfg: TrainConfig):
+        if cfg.objective == "causal":
+            require_causal_window(causal_stream_tokens(tokenized), cfg.max_seq_len)
         self.tokenized, self.cfg = tokenized, cfg
 
     def num_windows(self, epoch: int) -> int:
@@ -99,7 +105,8 @@ class BatchStream:
     `source` is a tokenized corpus (a list, see `CorpusInstances`) or a `WindowedInstances` over a prepared
     corpus; an epoch is its windows in turn. With `world_size > 1` every rank walks the same global batches
     and keeps its share (`shard_batch`). Its position (epoch, window, index) plus the collator's generator
-    state is all a resume needs.
+    state is all a resume needs. A source whose whole epoch gives no batch is a NanobertError, never an
+    endless search for one.
     """
 
     def __init__(
@@ -123,7 +130,16 @@ class BatchStream:
     def batches_per_epoch(self) -> int:
         """Exact for an in-memory corpus; for a prepared one, estimated from the current window's share."""
         n = len(self._load())
+        if n == 0 and self.source.num_windows(self.epoch) == 1:
+            raise self._empty_epoch()
         return max(1, round(n / self.source.window_fraction(self.epoch, self.window)))
+
+    def _empty_epoch(self) -> NanobertError:
+        cfg = self.cfg
+        return NanobertError(
+            f"epoch {self.epoch} of the training data gives no batch (objective {cfg.objective}, "
+            f"max_seq_len={cfg.max_seq_len}); train on more text or pass a smaller --set max_seq_len=..."
+        )
 
     def epochs_done(self, state: dict[str, Any]) -> float:
         """Epochs completed at data position `state` (windows counted as equal parts of an epoch)."""
@@ -133,10 +149,14 @@ class BatchStream:
 
     def next(self) -> dict[str, torch.Tensor]:
         """The next batch, ready for the device: collated, masked, with the query layout computed here."""
+        empty = self.window == 0 and self.index == 0  # every window of this epoch so far gave no batch
         while self.index >= len(self._load()):
+            empty = empty and not self._batches
             self.window, self.index, self._batches = self.window + 1, 0, None
             if self.window >= self.source.num_windows(self.epoch):
-                self.epoch, self.window = self.epoch + 1, 0
+                if empty:  # a whole epoch without a batch: looping on would never find one
+                    raise self._empty_epoch()
+                self.epoch, self.window, empty = self.epoch + 1, 0, True
         batch = self.collator(self._load()[self.index])
         self.index += 1
         batch = shard_batch(batch, self.rank, self.world_size)

@@ -165,11 +165,11 @@ def _setup(
     vocab_size = data.model.config.vocab_size
     held_out: list[dict[str, torch.Tensor]] = []  # only rank 0 evaluates
     ctx.on_main(lambda: held_out.extend(eval_batches(cfg, data.held_out, vocab_size)))
-    if ctx.is_main and not in_place:
-        prepare_out_dir(out_dir, overwrite)
-    stream = BatchStream(
+    stream = BatchStream(  # checks that the corpus fills a batch, so before anything is written
         data.source, cfg, collator(cfg, data.tokenizer, vocab_size), ctx.rank, ctx.world_size
     )
+    if ctx.is_main and not in_place:
+        prepare_out_dir(out_dir, overwrite)
     return _Setup(
         ctx, device, cfg, sources, out_dir, data.model, data.tokenizer, stream, held_out, data.note,
         data.counts, resume, resume_state,
