@@ -1,6 +1,8 @@
 """Take the README's screenshots of `nanobert serve` in headless Chromium (Debian's chromium, Playwright).
 
     python docs/screenshot.py RUN/best --out docs
+
+The server runs on a free port; the pictures (serve-fill-mask.png, serve-attention.png) go to --out.
 """
 
 import argparse
@@ -29,7 +31,8 @@ def main() -> None:
     p.add_argument("--chromium", default="/usr/bin/chromium")
     args = p.parse_args()
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "nanobert", "serve", args.checkpoint, "--port", str(port)])
+    command = [sys.executable, "-m", "nanobert", "serve", args.checkpoint, "--port", str(port)]
+    server = subprocess.Popen(command)
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(300):
@@ -52,7 +55,8 @@ def main() -> None:
             page.wait_for_selector("canvas.heatmap")
             page.select_option("#attention-layer", "1")
             page.hover("canvas.heatmap", position={"x": 200, "y": 160})
-            page.screenshot(path=str(Path(args.out) / "serve-attention.png"))
+            # the whole page, not the 760 px viewport: the heatmap's caption sits below it
+            page.screenshot(path=str(Path(args.out) / "serve-attention.png"), full_page=True)
             browser.close()
     finally:
         server.terminate()

@@ -264,3 +264,19 @@ def test_generate_refuses_an_empty_prompt_like_every_other_command(causal, capsy
         load(causal).generate(prompt)
     code, out, err = run_cli(capsys, "generate", causal, prompt)
     assert code == 2 and out == "" and len(err.splitlines()) == 1 and "the text is empty" in err, err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["fill-mask", ""],
+        ["nsp", "", "the river ."],
+        ["nsp", "the river .", " "],
+        ["similarity", "alpha", ""],
+        ["attention", "", "--out", "unused.png"],
+        ["explain", "alpha", "\t"],
+    ],
+)
+def test_every_command_refuses_an_empty_text(checkpoint, capsys, argv):
+    code, out, err = run_cli(capsys, argv[0], checkpoint, *argv[1:])
+    assert code == 2 and out == "" and len(err.splitlines()) == 1 and "the text is empty" in err, err

@@ -1,10 +1,12 @@
 """`nanobert serve`: the JSON API over HTTP, and the page driven in a real browser (headless Chromium).
 
 The server runs in a thread on a free port. The browser tests use Debian's chromium through Playwright
-(`executable_path`), no browser download; `.ci/run` installs chromium where it is missing.
+(`executable_path`), no browser download; `.ci/run` installs chromium where it is missing and sets
+NANOBERT_REQUIRE_BROWSER=1, so that a missing browser (or serve extra) fails there instead of skipping.
 """
 
 import json
+import os
 import shutil
 import threading
 import time
@@ -15,13 +17,22 @@ from pathlib import Path
 
 import pytest
 from helpers import TINY_SET, train_tiny_checkpoint, write_corpus
+from safetensors.torch import load_file, save_file
 
 from nanobert.cli import main
+from nanobert.errors import NanobertError
+from nanobert.inference import load
 
-uvicorn = pytest.importorskip("uvicorn")
-pytest.importorskip("fastapi")
+REQUIRE_BROWSER = os.environ.get("NANOBERT_REQUIRE_BROWSER") == "1"
+try:
+    import fastapi  # noqa: F401 - the serve extra
+    import uvicorn
+except ImportError:
+    if REQUIRE_BROWSER:
+        raise
+    pytest.skip("no fastapi/uvicorn; pip install -e '.[serve]'", allow_module_level=True)
 
-from nanobert.serve import Served, create_app  # noqa: E402 - after the optional-dependency checks
+from nanobert.serve import Served, create_app, listening_port, serve  # noqa: E402 - after the extra's check
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_FLAGS = [
@@ -118,10 +129,27 @@ def test_bad_requests_are_messages_and_the_server_goes_on(server):
         ("generate", {"prompt": "alpha"}, "use `nanobert fill-mask`"),  # a causal request of a BERT model
         ("classify", {"text": "alpha"}, "not a fine-tuned classifier"),
         ("frobnicate", {"text": "alpha"}, "unknown request"),
+        # an empty sentence B, where the question needs one: the library's own message
+        ("nsp", {"text_a": "alpha bravo .", "text_b": ""}, "the text is empty"),
+        ("nsp", {"text_a": "alpha bravo ."}, "the text is empty"),
+        ("similarity", {"text_a": "alpha bravo .", "text_b": "  "}, "the text is empty"),
+        # values of the wrong type: a message naming the field, not a 500
+        ("fill-mask", {"text": 5}, "text must be a text"),
+        ("fill-mask", {"text": ["a [MASK]"]}, "text must be a text"),
+        ("fill-mask", {"text": "a [MASK]", "top_k": "many"}, "top_k must be a whole number"),
+        ("fill-mask", {"text": "a [MASK]", "top_k": 0}, "top_k must be a whole number of at least 1"),
+        ("fill-mask", {"text": "a [MASK]", "top_k": True}, "top_k must be a whole number"),
+        ("explain", {"text_a": "alpha", "top_k": 2.5}, "top_k must be a whole number"),
+        ("nsp", {"text_a": "alpha", "text_b": {"b": 1}}, "text_b must be a text"),
+        ("generate", {"prompt": "alpha", "temperature": "hot"}, "temperature must be a number"),
+        ("generate", {"prompt": "alpha", "seed": -1}, "seed must be a whole number from 0"),
+        ("fill-mask", ["a [MASK]"], "must be a JSON object"),
     ]
     for route, body, needle in cases:
         status, answer = call(server, route, body)
         assert status == 400 and needle in answer["error"], (route, answer)
+    status, answer = call(server, "attention", {"text_a": "alpha bravo", "text_b": " "})  # B is optional
+    assert status == 200 and "[SEP]" not in answer["tokens"][:-1]
     request = urllib.request.Request(
         f"{server}/api/nsp", data=b"{oops", headers={"Content-Type": "application/json"}
     )
@@ -148,6 +176,65 @@ def test_the_run_view_data_and_other_checkpoint_kinds(run, tmp_path, capsys):
         assert call(base, "run")[0] == 400
 
 
+def swap_in(source, checkpoint):
+    """Copy a checkpoint into place as checkpoint.py writes one: a temporary directory, then renames."""
+    tmp = checkpoint.with_name(f".{checkpoint.name}.tmp-test")
+    shutil.copytree(source, tmp)
+    if checkpoint.exists():
+        old = checkpoint.with_name(checkpoint.name + ".old")
+        checkpoint.rename(old)
+        tmp.rename(checkpoint)
+        shutil.rmtree(old)
+    else:
+        tmp.rename(checkpoint)
+
+
+def test_a_run_gets_its_model_when_a_checkpoint_appears(run, tmp_path):
+    live = tmp_path / "live"
+    live.mkdir()
+    shutil.copy(run / "metrics.jsonl", live)  # a run that has not saved a checkpoint yet
+    ask = {"text": "alpha [MASK] charlie ."}
+    with serving(live) as base:
+        info = call(base, "info")[1]
+        assert info["kind"] is None and info["checkpoint"] is None and info["panels"] == ["run"]
+        assert "no checkpoint yet" in call(base, "fill-mask", ask)[1]["error"]
+        swap_in(run / "last", live / "last")
+        info = call(base, "info")[1]  # the page asks again while it shows only the run
+        assert info["checkpoint"] == str(live / "last") and info["panels"][:2] == ["fill-mask", "nsp"]
+        assert call(base, "fill-mask", ask)[0] == 200
+        swap_in(run / "best", live / "best")  # best/ is preferred once it exists
+        status, from_best = call(base, "fill-mask", ask)
+        assert status == 200 and call(base, "info")[1]["checkpoint"] == str(live / "best")
+        newer = tmp_path / "newer"  # a newer best/: other weights, so other answers
+        shutil.copytree(run / "best", newer)
+        weights = load_file(newer / "model.safetensors")
+        save_file({k: v * 0.5 for k, v in weights.items()}, newer / "model.safetensors", {"format": "pt"})
+        swap_in(newer, live / "best")
+        status, from_newer = call(base, "fill-mask", ask)  # the next request loads it
+        assert status == 200 and from_newer != from_best
+
+
+def test_the_run_view_reads_files_being_written(run, tmp_path):
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    summary = (run / "summary.json").read_text()
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "metrics.jsonl").write_text("\n".join(lines) + "\n" + lines[0][:25])  # a record half appended
+    (live / "summary.json").write_text(summary[: len(summary) // 2])  # half written
+    with serving(live) as base:
+        status, data = call(base, "run")
+        assert status == 200 and data["records"] == records and data["damaged_lines"] == 0
+        assert data["summary"] is None  # not whole yet: the page looks again
+        diverged = '{"split": "train", "step": 7, "loss": NaN, "lr": Infinity}'  # as json.dumps writes them
+        (live / "metrics.jsonl").write_text(lines[0][:25] + "\n" + "\n".join([*lines, diverged]) + "\n")
+        (live / "summary.json").write_text(summary)  # above: a run killed mid-line, then resumed
+        status, data = call(base, "run")
+        assert status == 200 and data["records"][:-1] == records and data["damaged_lines"] == 1
+        assert data["records"][-1] == {"split": "train", "step": 7, "loss": None, "lr": None}
+        assert data["summary"]["steps"] == 6
+
+
 def test_a_fine_tuned_classifier_gets_the_label_panel(run, tmp_path):
     train = tmp_path / "train.csv"
     train.write_text("text,label\n" + "".join(f"alpha red {i},pos\nbravo blue {i},neg\n" for i in range(8)))
@@ -171,6 +258,14 @@ def test_a_fine_tuned_classifier_gets_the_label_panel(run, tmp_path):
         assert status == 200 and set(answer["probabilities"]) == {"neg", "pos"}
         assert answer["label"] == max(answer["probabilities"], key=answer["probabilities"].get)
         assert sum(answer["probabilities"].values()) == pytest.approx(1.0)
+        for body, needle in [
+            ({"text": "  "}, "the text is empty"),
+            ({"text": "alpha " * 600}, "more than the 128 the classifier reads"),
+            ({"text": 5}, "text must be a text"),
+            ({"text": "alpha", "text_pair": "bravo"}, "single texts, not pairs"),
+        ]:
+            status, answer = call(base, "classify", body)
+            assert status == 400 and needle in answer["error"], (body, answer)
         error = call(base, "nsp", {"text_a": "a", "text_b": "b"})[1]["error"]
         assert "use it with: nanobert predict" in error
 
@@ -185,6 +280,16 @@ def test_start_up_errors_are_one_line(tmp_path, capsys, run):
         port = base.rsplit(":", 1)[1]
         assert main(["serve", str(run), "--port", port]) == 2
         assert "pass another --port" in capsys.readouterr().err
+    assert main(["serve", str(run), "--port", "99999"]) == 2  # was an OverflowError traceback
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--port 99999 is not a port number" in err
+    for port in (-1, 65536, 2**70, True):
+        with pytest.raises(NanobertError, match="not a port number"):
+            serve(run, port=port)
+    with pytest.raises(NanobertError, match="--host 192.0.2.1") as error:  # TEST-NET: not this machine's
+        serve(run, host="192.0.2.1", port=8000)
+    assert "--port" not in str(error.value)
+    assert 0 < listening_port("127.0.0.1", 0) <= 65535  # 0: any free port
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -193,10 +298,16 @@ def test_start_up_errors_are_one_line(tmp_path, capsys, run):
 
 @pytest.fixture(scope="module")
 def browser():
+    """Headless chromium; skipped where it or playwright is missing, failed instead under
+    NANOBERT_REQUIRE_BROWSER=1 (CI), so that the page's tests cannot silently not run."""
+    missing = pytest.fail if REQUIRE_BROWSER else pytest.skip
     if not Path(CHROMIUM).exists():
-        pytest.skip("no chromium; install Debian's chromium (apt-get install chromium), as .ci/run does")
-    playwright = pytest.importorskip("playwright.sync_api")
-    with playwright.sync_playwright() as p:
+        missing(f"no chromium at {CHROMIUM}; install Debian's chromium (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing("no playwright; pip install -e '.[dev]'")
+    with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
         yield browser
         browser.close()
@@ -233,12 +344,29 @@ def test_text_without_a_mask_shows_a_message_in_the_page(page):
     assert page.inner_text("#fill-mask-error") == ""
 
 
+# Pixels of the label text drawn in [CLS]'s red (#b3261e) left of a row and above a column of a heatmap.
+RED_LABELS = """c => {
+  const ctx = c.getContext("2d"), cell = Number(c.dataset.cell), margin = Number(c.dataset.margin);
+  const red = (x, y, w, h) => {
+    const d = ctx.getImageData(x, y, w, h).data;
+    let n = 0;
+    for (let i = 0; i < d.length; i += 4) if (d[i] > 120 && d[i + 1] < 80 && d[i + 2] < 80) n++;
+    return n;
+  };
+  const at = (i) =>
+    [red(0, margin + i * cell, margin - 2, cell), red(margin + i * cell, 0, cell, margin - 2)];
+  return [at(0), at(1)];
+}"""
+
+
 def test_switching_layer_and_head_changes_the_heatmap(page):
     page.click("nav button[data-panel=attention]")
     page.click("#attention-go")
     page.wait_for_selector("canvas.heatmap")
     picture = lambda: page.eval_on_selector("canvas.heatmap", "c => c.toDataURL()")  # noqa: E731
     first = picture()
+    (cls_row, cls_column), (row_1, column_1) = page.eval_on_selector("canvas.heatmap", RED_LABELS)
+    assert cls_row > 5 and cls_column > 5 and row_1 == column_1 == 0  # [CLS] (position 0) is marked
     page.select_option("#attention-head", "1")
     assert picture() != first
     head_one = picture()
@@ -250,18 +378,42 @@ def test_switching_layer_and_head_changes_the_heatmap(page):
     assert "attends to" in page.inner_text("#attention-hover")
 
 
+def test_the_nsp_panel_shows_the_library_numbers(page, run):
+    a, b = "alpha bravo charlie .", "delta echo foxtrot ."
+    page.click("nav button[data-panel=nsp]")
+    page.fill("#panel-nsp input[name=text_a]", a)
+    page.fill("#panel-nsp input[name=text_b]", b)
+    page.click("#panel-nsp button")
+    page.wait_for_selector("#nsp-isnext")
+    result = load(run / "best").next_sentence(a, b)
+    shown = [float(page.inner_text(f"#nsp-{name}").rstrip("%")) for name in ("isnext", "notnext")]
+    assert shown == pytest.approx([100 * result.is_next, 100 * result.not_next], abs=0.051)  # one decimal
+    page.fill("#panel-nsp input[name=text_b]", "")  # no sentence B: the library's message, no numbers
+    page.click("#panel-nsp button")
+    page.wait_for_function("document.getElementById('nsp-error').textContent.length > 0")
+    assert "the text is empty" in page.inner_text("#nsp-error") and page.locator("#nsp-isnext").count() == 0
+
+
 def test_the_run_view_shows_the_curves(page, run):
-    train_steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    summary = json.loads((run / "summary.json").read_text())
     page.click("nav button[data-panel=run]")
-    page.wait_for_selector("svg.chart path[data-series='train loss']")
-    points = page.get_attribute("svg.chart path[data-series='train loss']", "data-points")
-    train = [s for s, line in zip(train_steps, (run / "metrics.jsonl").read_text().splitlines(), strict=True)
-             if json.loads(line)["split"] == "train"]  # fmt: skip
-    assert int(points) == len(train) and "finished" in page.inner_text("#run-state")
+    page.wait_for_selector("#run-summary table.summary")
+    points = lambda name: int(page.get_attribute(f"svg.chart path[data-series='{name}']", "data-points"))  # noqa: E731
+    train = [r for r in records if r["split"] == "train"]
+    held = [r for r in records if r["split"] == "valid"]
+    assert held and points("train loss") == len(train) and "finished" in page.inner_text("#run-state")
+    assert points("valid mlm_loss") == points("valid nsp_accuracy") == len(held)  # the held-out curves
+    cell = lambda key: page.inner_text(f"#run-summary tr[data-key='{key}'] td:nth-child(2)")  # noqa: E731
+    for key, value in summary["final"].items():  # the summary table: the final evaluation, time, speed
+        assert float(cell(key)) == pytest.approx(value, abs=6e-5), key
+    assert cell("train time") == f"{summary['train_time_s']} s"
 
 
 def test_a_run_in_progress_refreshes(browser, tmp_path):
-    """While summary.json is missing the view says it is training and picks up new records."""
+    """While summary.json is missing the view says it is training and picks up new records; it looks again
+    after a failed look and past a half-written record, and shows the model's tabs once a checkpoint is saved.
+    """
     corpus = write_corpus(tmp_path / "corpus.txt")
     run = tmp_path / "run"
     argv = ["pretrain", "--train", str(corpus), "--out", str(run), "--max-steps", "3", "--quiet"]
@@ -269,17 +421,30 @@ def test_a_run_in_progress_refreshes(browser, tmp_path):
     (run / "summary.json").unlink()  # as if it were still training
     lines = (run / "metrics.jsonl").read_text().splitlines()
     (run / "metrics.jsonl").write_text(lines[0] + "\n")
+    (tmp_path / "saved").mkdir()
+    for name in ("best", "last"):  # and had not saved a checkpoint yet
+        (run / name).rename(tmp_path / "saved" / name)
+    state = "document.getElementById('run-state').textContent"
     with serving(run) as base:
         page = browser.new_page()
+        page.add_init_script("window.NANOBERT_POLL_MS = 200")  # look again every 0.2 s, not 3 s
+        page.route("**/api/run", lambda route: route.fulfill(status=502, body="Bad Gateway"))
         page.goto(base + "/")
-        page.click("nav button[data-panel=run]")
-        page.wait_for_function(
-            "document.getElementById('run-state').textContent.includes('training: step 1')"
-        )
-        (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-        page.wait_for_function(
-            "document.getElementById('run-state').textContent.includes('step 3')", timeout=15000
-        )
+        page.wait_for_selector("body[data-ready=true]")
+        assert page.locator("nav button").all_inner_texts() == ["Run"]
+        assert "no checkpoint yet" in page.inner_text("#what")
+        page.wait_for_function(f"{state}.includes('HTTP 502') && {state}.includes('trying again')")
+        page.unroute("**/api/run")  # the server answers again
+        page.wait_for_function(f"{state}.includes('training: step 1')")
+        (run / "metrics.jsonl").write_text("\n".join(lines) + "\n" + lines[0][:20])  # the next half written
+        swap_in(tmp_path / "saved" / "last", run / "last")
+        page.wait_for_function(f"{state}.includes('step 3')")
+        page.wait_for_selector("nav button[data-panel=fill-mask]")
+        assert page.get_attribute("nav button.active", "data-panel") == "run"  # still the view looked at
+        assert "checkpoint " + str(run / "last") in page.inner_text("#what")
+        page.click("nav button[data-panel=fill-mask]")
+        page.click("#fill-go")
+        page.wait_for_selector("#fill-filled")
         page.close()
 
 

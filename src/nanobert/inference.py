@@ -129,7 +129,7 @@ class InferenceModel:
     def check_text(self, text_a: str, text_b: str | None = None) -> None:
         """NanobertError for an empty text, or one longer than the model's position table (which the other
         methods would truncate; the browser page says so instead)."""
-        _require_words(text_a, text_b)
+        require_words(text_a, text_b)
         if self.kind == CAUSAL_LM:
             text = text_a if text_b is None else f"{text_a} {text_b}"
             n = 1 + len(encode_sentences(self.tokenizer, [text])[0])
@@ -163,7 +163,9 @@ class InferenceModel:
 
     @torch.no_grad()
     def forward(self, text_a: str, text_b: str | None = None, **kwargs: Any):
-        """Run BertForPreTraining on one text or pair; returns (encoding, PreTrainingOutput)."""
+        """Run BertForPreTraining on one text or pair; returns (encoding, PreTrainingOutput). NanobertError
+        for an empty text (the commands built on this read one text or pair each; `embed` keeps blanks)."""
+        require_words(text_a, text_b)
         enc = self.encode(text_a, text_b)
         batch = self.pad_batch([enc])
         return enc, self.model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], **kwargs)
@@ -180,6 +182,7 @@ class InferenceModel:
         the whole vocabulary. Raises NanobertError when `text` has no [MASK].
         """
         self._require(PRETRAINING, "fill-mask")
+        require_words(text)
         if top_k < 1:
             raise NanobertError(f"top_k must be at least 1, got {top_k}")
         text = _MASK_ANY_CASE.sub("[MASK]", text)
@@ -250,10 +253,12 @@ class InferenceModel:
 
     def explain(self, text_a: str, text_b: str | None = None, **kwargs: Any) -> Trace:
         """A step-by-step trace of one forward pass; see `nanobert.explain.explain` (same keywords)."""
+        require_words(text_a, text_b)
         return explain(self, text_a, text_b, **kwargs)
 
     def similarity(self, text_a: str, text_b: str) -> float:
         """Cosine similarity of the two texts' mean-pooled embeddings, in [-1, 1]."""
+        require_words(text_a, text_b)
         a, b = self.embed([text_a, text_b])
         return float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-12))
 
@@ -282,10 +287,10 @@ class InferenceModel:
         (below 1) or flattened (above 1), restricted to the `top_k` most probable pieces when given. The
         sampling generator is seeded, so a seed gives the same text every time. Stops at `max_new_tokens`,
         at [SEP] (the end of a document in the training stream), or at the end of the position table.
-        An empty or all-whitespace prompt is a NanobertError ("the text is empty"), as in `check_text`.
+        An empty or all-whitespace prompt is a NanobertError ("the text is empty"), as for every command.
         """
         self._require(CAUSAL_LM, "generate")
-        _require_words(prompt)  # an empty prompt would continue nothing but [CLS]
+        require_words(prompt)  # an empty prompt would continue nothing but [CLS]
         if max_new_tokens < 1 or temperature < 0 or (top_k is not None and top_k < 1):
             raise NanobertError(
                 "generate needs max_new_tokens >= 1, temperature >= 0 and top_k >= 1 (or none)"
@@ -315,7 +320,7 @@ class InferenceModel:
         return Generation(prompt, continuation, text, self.tokens(new), probabilities, stop)
 
 
-def _require_words(*texts: str | None) -> None:
+def require_words(*texts: str | None) -> None:
     """NanobertError when a given text is empty or only whitespace (None means no text was asked for)."""
     if any(t is not None and not t.strip() for t in texts):
         raise NanobertError("the text is empty; type a sentence")
@@ -394,4 +399,5 @@ __all__ = [
     "embed_file",
     "load",
     "read_lines",
+    "require_words",
 ]

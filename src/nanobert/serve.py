@@ -15,12 +15,17 @@ the same one the CLI command makes, so the page shows the CLI's numbers:
     GET  /api/info        what was loaded: the checkpoint's kind, shape and the panels that fit it
     GET  /api/run         a run directory's metrics.jsonl records and summary.json (null while it runs)
 
-A request the model cannot answer (no [MASK], an empty text, a text longer than the model's window, fill-mask
-of a causal model) gets HTTP 400 with {"error": "..."}, the CLI's one-line message, and the server goes on.
+A request the model cannot answer (a field of the wrong type, no [MASK], an empty text, a text longer than
+the model's window, fill-mask of a causal model) gets HTTP 400 with {"error": "..."}, the CLI's one-line
+message, and the server goes on. A run directory served while it trains has its checkpoint loaded once best/
+(else last/) appears, and reloaded when a newer one is swapped in (checkpoint.py renames it into place).
 """
 
+import errno
 import json
+import math
 import socket
+import threading
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -41,9 +46,10 @@ from nanobert.checkpoint import (
 from nanobert.errors import NanobertError
 from nanobert.explain import format_trace
 from nanobert.finetune import classify
-from nanobert.inference import InferenceModel, load
+from nanobert.inference import InferenceModel, load, require_words
 from nanobert.qa import load_qa_model
-from nanobert.run_log import METRICS_NAME, SUMMARY_NAME, read_records
+from nanobert.run_log import METRICS_NAME, SUMMARY_NAME, read_summary, scan_records
+from nanobert.tokenizer import encode_pairs
 
 WEB = Path(__file__).parent / "web"
 PANELS = {
@@ -52,44 +58,126 @@ PANELS = {
     SEQUENCE_CLASSIFICATION: ["classify"],
     QUESTION_ANSWERING: ["answer"],
 }
+ROUTES = {route for panels in PANELS.values() for route in panels}
+# Routes whose question has a sentence B; attention and explain take one if given, the others none.
+NEEDS_PAIR = {"nsp", "similarity"}
+TAKES_PAIR = NEEDS_PAIR | {"attention", "explain"}
+# The fields the page sends, by type; anything else in a body is ignored. Whole numbers: (least, most).
+TEXT_FIELDS = ("text", "text_a", "text_b", "prompt", "question", "context", "text_pair")
+WHOLE_FIELDS = {"top_k": (1, None), "max_new_tokens": (1, None), "seed": (0, 2**63 - 1)}
+
+
+def _shown(value: Any) -> str:
+    """A request value as the error message quotes it: JSON, cut short."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def checked_body(body: Any) -> dict[str, Any]:
+    """A request body with the fields the routes read type-checked (texts are strings; top_k, max_new_tokens
+    and seed whole numbers in range; temperature a finite number >= 0); null counts as absent.
+    NanobertError names the first wrong field, so the page can show it."""
+    if not isinstance(body, dict):
+        raise NanobertError("the request body must be a JSON object")
+    body = {k: v for k, v in body.items() if v is not None}
+    for key in TEXT_FIELDS:
+        if key in body and not isinstance(body[key], str):
+            raise NanobertError(f"{key} must be a text (a JSON string), not {_shown(body[key])}")
+    for key, (least, most) in WHOLE_FIELDS.items():
+        value = body.get(key)
+        if value is None:
+            continue
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        if not whole or value < least or (most is not None and value > most):
+            within = f"from {least} to {most}" if most else f"of at least {least}"
+            raise NanobertError(f"{key} must be a whole number {within}, not {_shown(value)}")
+    temperature = body.get("temperature")
+    if temperature is not None and (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, int | float)
+        or not math.isfinite(temperature)
+        or temperature < 0
+    ):
+        raise NanobertError(f"temperature must be a number of at least 0, not {_shown(temperature)}")
+    return body
+
+
+def _stamp(checkpoint: Path) -> tuple[str, int, int] | None:
+    """Which version of a checkpoint is on disk (its config.json's inode and time), None while it has none or
+    is being swapped (NAME.old exists until the writer's second rename and clean-up are done: reading then
+    would race checkpoint.py's recovery of an interrupted save)."""
+    if checkpoint.with_name(checkpoint.name + ".old").exists():
+        return None
+    try:
+        stat = (checkpoint / CONFIG_NAME).stat()
+    except OSError:
+        return None
+    return str(checkpoint), stat.st_ino, stat.st_mtime_ns
 
 
 class Served:
     """What `nanobert serve PATH` serves: a checkpoint, a run directory, or a run directory with a model.
 
     PATH is a checkpoint (it has config.json) or a run directory (metrics.jsonl, best/ or last/): then the
-    run view shows its curves and the model panels use best/ (else last/) once it exists.
+    run view shows its curves and the model panels use best/ (else last/) once it exists. `refresh` loads the
+    checkpoint when it appears or a newer one replaces it; `info` and every model request call it.
     """
 
     def __init__(self, path: str | Path, device: str = "cpu"):
-        self.path = Path(path)
+        self.path, self.device = Path(path), device
         if (self.path / CONFIG_NAME).is_file():
-            self.run_dir, checkpoint = None, self.path
+            self.run_dir = None
         elif (self.path / METRICS_NAME).is_file() or any((self.path / n).is_dir() for n in ("best", "last")):
             self.run_dir = self.path
-            checkpoint = next(
-                (self.path / n for n in ("best", "last") if (self.path / n / CONFIG_NAME).is_file()), None
-            )
         else:
             raise NanobertError(
                 f"{self.path} is neither a checkpoint (no config.json) nor a run directory (no "
                 "metrics.jsonl, best/ or last/); pass RUN or RUN/best"
             )
-        self.checkpoint, self.kind, self.model, self.classifier, self.qa = checkpoint, None, None, None, None
-        if checkpoint is not None:
-            self.kind = checkpoint_kind(read_config(checkpoint))
-            if self.kind == SEQUENCE_CLASSIFICATION:
-                self.classifier = load_finetuned(checkpoint, device)
-            elif self.kind == QUESTION_ANSWERING:
-                self.qa = load_qa_model(checkpoint, device)
-            elif self.kind in (PRETRAINING, CAUSAL_LM):
-                self.model = load(checkpoint, device)
+        self.checkpoint, self.kind, self.model, self.classifier, self.qa = None, None, None, None, None
+        self.stamp: tuple[str, int, int] | None = None
+        self.lock = threading.Lock()  # info and run answer from a thread pool, model requests from the loop
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Load the checkpoint to show if it appeared or was rewritten since the last look: PATH itself, or
+        the run's best/, else last/. A stat or two when nothing changed; a checkpoint being swapped in is
+        picked up by a later call. NanobertError if loading fails; what was loaded before stays loaded."""
+        candidates = [self.path] if self.run_dir is None else [self.path / "best", self.path / "last"]
+        found = next(((c, s) for c in candidates if (s := _stamp(c)) is not None), None)
+        if found is None or found[1] == self.stamp:
+            return
+        with self.lock:
+            if found[1] != self.stamp:
+                self._load(found[0])
+                self.stamp = found[1]
+
+    def _load(self, checkpoint: Path) -> None:
+        """Replace what is loaded with `checkpoint`, all or nothing (a failed load keeps the previous one)."""
+        model = classifier = qa = None
+        try:
+            kind = checkpoint_kind(read_config(checkpoint))
+            if kind == SEQUENCE_CLASSIFICATION:
+                classifier = load_finetuned(checkpoint, self.device)
+            elif kind == QUESTION_ANSWERING:
+                qa = load_qa_model(checkpoint, self.device)
+            elif kind in (PRETRAINING, CAUSAL_LM):
+                model = load(checkpoint, self.device)
             else:
-                raise NanobertError(
-                    f"{checkpoint} holds a {self.kind} checkpoint, which the page cannot show"
-                )
+                raise NanobertError(f"{checkpoint} holds a {kind} checkpoint, which the page cannot show")
+        except OSError as e:  # replaced while being read: the next look loads the new one
+            raise NanobertError(f"could not read {checkpoint} ({e.strerror or e}); try again") from None
+        self.checkpoint, self.kind = checkpoint, kind
+        self.model, self.classifier, self.qa = model, classifier, qa
 
     def info(self) -> dict[str, Any]:
+        """What is loaded (after loading a checkpoint that has appeared since the last look, if none was)."""
+        error = None
+        if self.kind is None:  # a newer version of a loaded checkpoint waits for the next model request
+            try:
+                self.refresh()
+            except NanobertError as e:
+                error = str(e)
         config = {}
         if self.model is not None:
             config = asdict(self.model.model.config)
@@ -105,18 +193,18 @@ class Served:
             "model": config,
             "labels": self.classifier[2].get("labels") if self.classifier else None,
             "text_pair": bool(self.classifier and self.classifier[2]["columns"].get("text_pair") is not None),
+            "error": error,
         }
 
     def run(self) -> dict[str, Any]:
+        """metrics.jsonl's records and summary.json, as far as they are written (see run_log.scan_records)."""
         if self.run_dir is None:
             raise NanobertError(
                 f"{self.path} is a checkpoint, not a run directory; serve the run to see curves"
             )
-        summary = self.run_dir / SUMMARY_NAME
-        return {
-            "records": read_records(self.run_dir / METRICS_NAME),
-            "summary": json.loads(summary.read_text()) if summary.is_file() else None,
-        }
+        records, damaged = scan_records(self.run_dir / METRICS_NAME)
+        summary = read_summary(self.run_dir / SUMMARY_NAME)
+        return {"records": records, "summary": summary, "damaged_lines": damaged}
 
     def language_model(self) -> InferenceModel:
         if self.model is None:
@@ -125,45 +213,57 @@ class Served:
             raise wrong_kind(self.checkpoint, self.kind, "a pretrained language model")
         return self.model
 
-    def answer(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
+    def answer(self, route: str, body: Any) -> dict[str, Any]:
         """One API request: the library call behind the CLI command of the same name, as JSON."""
+        if route not in ROUTES:
+            raise NanobertError(f"unknown request {route!r}")
+        body = checked_body(body)
+        self.refresh()
         if route == "classify":
             return self._classify(body)
         if route == "answer":
             if self.qa is None:
                 raise wrong_kind(self.checkpoint or self.path, self.kind, "a question-answering model")
-            return asdict(self.qa.answer(str(body.get("question", "")), str(body.get("context", ""))))
+            return asdict(self.qa.answer(body.get("question", ""), body.get("context", "")))
         model = self.language_model()
-        a, b = body.get("text_a", body.get("text", body.get("prompt", ""))), body.get("text_b") or None
+        a, b = body.get("text_a", body.get("text", body.get("prompt", ""))), body.get("text_b", "")
+        if route not in NEEDS_PAIR and (route not in TAKES_PAIR or not b.strip()):
+            b = None  # optional and left empty, or not used by the route
         model.check_text(a, b)
         if route == "fill-mask":
-            return asdict(model.fill_mask(a, top_k=int(body.get("top_k", 5))))
+            return asdict(model.fill_mask(a, top_k=body.get("top_k", 5)))
         if route == "nsp":
-            result = model.next_sentence(a, b or "")
+            result = model.next_sentence(a, b)
             return {"IsNext": result.is_next, "NotNext": result.not_next}
         if route == "similarity":
-            return {"cosine_similarity": model.similarity(a, b or "")}
+            return {"cosine_similarity": model.similarity(a, b)}
         if route == "attention":
             maps = model.attention(a, b)
             return {"tokens": maps.tokens, "attentions": maps.probs.round(4).tolist()}
         if route == "explain":
-            trace = model.explain(a, b, top_k=int(body.get("top_k", 5)))
+            trace = model.explain(a, b, top_k=body.get("top_k", 5))
             return {**asdict(trace), "text": format_trace(trace)}
-        if route == "generate":
-            options = {
-                k: body[k]
-                for k in ("max_new_tokens", "temperature", "top_k", "seed")
-                if body.get(k) is not None
-            }
-            return asdict(model.generate(a, **options))
-        raise NanobertError(f"unknown request {route!r}")
+        options = {k: body[k] for k in ("max_new_tokens", "temperature", "top_k", "seed") if k in body}
+        return asdict(model.generate(a, **options))
 
     def _classify(self, body: dict[str, Any]) -> dict[str, Any]:
         if self.classifier is None:
             raise NanobertError(f"{self.path} is not a fine-tuned classifier; the label panel needs one")
         model, tokenizer, config = self.classifier
-        text, pair = body.get("text", ""), body.get("text_pair") or None
-        outputs = classify(model, tokenizer, config, [text], [pair] if pair is not None else None)
+        text, pair = body.get("text", ""), body.get("text_pair", "")
+        if config["columns"].get("text_pair") is None:
+            if pair.strip():
+                raise NanobertError("this classifier reads single texts, not pairs; leave text_pair out")
+            pair = None
+        require_words(text, pair)
+        limit = int(config.get("max_seq_len", 128))  # classify cuts longer texts there, as it was trained
+        n = len(encode_pairs(tokenizer, [text], None if pair is None else [pair])[0][0])
+        if n > limit:
+            raise NanobertError(
+                f"the text has {n} word pieces with its special tokens, more than the {limit} the "
+                "classifier reads (its max_seq_len); shorten it"
+            )
+        outputs = classify(model, tokenizer, config, [text], None if pair is None else [pair])
         if config["task"] == "regression":
             return {"score": float(outputs[0, 0])}
         logits = outputs[0].astype(np.float64)
@@ -186,6 +286,10 @@ def create_app(served: Served):
     @app.exception_handler(NanobertError)
     async def user_error(request: Request, error: NanobertError) -> JSONResponse:
         return JSONResponse({"error": str(error)}, status_code=400)
+
+    @app.exception_handler(Exception)
+    async def bug(request: Request, error: Exception) -> JSONResponse:  # still JSON, for the page to show
+        return JSONResponse({"error": f"the server failed: {type(error).__name__}: {error}"}, status_code=500)
 
     @app.get("/")
     def page() -> FileResponse:
@@ -210,30 +314,52 @@ def create_app(served: Served):
     async def ask(route: str, request: Request) -> dict:
         try:
             body = await request.json()
-        except ValueError:
+        except ValueError:  # not JSON, or not UTF-8
             raise NanobertError("the request body is not JSON") from None
-        if not isinstance(body, dict):
-            raise NanobertError("the request body must be a JSON object")
         return served.answer(route, body)
 
     return app
 
 
+def listening_port(host: str, port: int) -> int:
+    """The port `serve` will listen on at `host`, checked before anything loads: `port`, or a free one for 0.
+
+    NanobertError (one line) for a port outside 0-65535, a host this machine cannot listen on (unknown name,
+    not one of its addresses), or a port in use or not allowed.
+    """
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise NanobertError(f"--port {port} is not a port number; pass 1-65535 (or 0 for any free port)")
+    try:
+        family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (OSError, UnicodeError, ValueError) as e:
+        reason = getattr(e, "strerror", None) or str(e)
+        raise NanobertError(f"--host {host!r} is no address to listen on ({reason}); try 127.0.0.1") from None
+    try:
+        with socket.socket(family, kind) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            probe.bind(address)
+            return probe.getsockname()[1]
+    except OSError as e:
+        if e.errno in (errno.EADDRINUSE, errno.EACCES):  # the port is taken, or below 1024 without root
+            raise NanobertError(f"cannot listen on port {port} ({e.strerror}); pass another --port") from None
+        raise NanobertError(
+            f"cannot listen on --host {host} ({e.strerror}); pass an address of this machine, such as "
+            "127.0.0.1 (this machine only) or 0.0.0.0 (every network)"
+        ) from None
+
+
 def serve(path: str | Path, host: str = "127.0.0.1", port: int = 8000, device: str = "cpu") -> None:
-    """Serve PATH until Ctrl-C; prints the address to open."""
+    """Serve PATH until Ctrl-C; prints the address to open. Port 0 picks a free port."""
     try:
         import uvicorn
     except ImportError:
         raise NanobertError('`nanobert serve` needs the serve extra: pip install -e ".[serve]"') from None
+    port = listening_port(host, port)  # before loading a model: a wrong port or host fails fast
     served = Served(path, device)
-    try:  # a port in use is the user's to change, not a traceback
-        with socket.socket() as probe:
-            probe.bind((host, port))
-    except OSError as e:
-        raise NanobertError(f"cannot listen on {host}:{port} ({e.strerror}); pass another --port") from None
     what = served.kind or "a run"
-    print(f"nanobert: serving {what} from {served.path} at http://{host}:{port}/ (Ctrl-C stops)", flush=True)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"nanobert: serving {what} from {served.path} at http://{shown}:{port}/ (Ctrl-C stops)", flush=True)
     uvicorn.run(create_app(served), host=host, port=port, log_level="warning")
 
 
-__all__ = ["PANELS", "Served", "create_app", "serve"]
+__all__ = ["PANELS", "Served", "checked_body", "create_app", "listening_port", "serve"]

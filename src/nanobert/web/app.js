@@ -14,6 +14,7 @@ const el = (tag, attrs = {}, ...children) => {
   return node;
 };
 const pct = (p) => (100 * p).toFixed(1) + "%";
+const POLL_MS = window.NANOBERT_POLL_MS || 3000;  // how often a training run is looked at again (tests: less)
 const TITLES = {
   "fill-mask": "Fill mask", nsp: "Next sentence", generate: "Generate", classify: "Label",
   similarity: "Similarity", attention: "Attention", explain: "Explain", run: "Run", answer: "Answer",
@@ -23,8 +24,9 @@ async function api(route, body) {
   const response = await fetch("/api/" + route, body === undefined ? {} : {
     method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
   });
-  const data = await response.json();
-  if (!response.ok) throw new Error(data.error || response.statusText);
+  let data = null;
+  try { data = await response.json(); } catch { /* not JSON: a proxy's or server's plain error page */ }
+  if (!response.ok || data === null) throw new Error((data && data.error) || `HTTP ${response.status} ${response.statusText}`);
   return data;
 }
 
@@ -60,7 +62,7 @@ const render = {
   },
   nsp(data, box) {
     box.append(el("p", {}, el("span", { class: "big", id: "nsp-isnext", text: pct(data.IsNext) }), " IsNext   ",
-      el("span", { class: "big", text: pct(data.NotNext) }), " NotNext"));
+      el("span", { class: "big", id: "nsp-notnext", text: pct(data.NotNext) }), " NotNext"));
   },
   similarity(data, box) {
     box.append(el("p", {}, "cosine similarity ", el("span", { class: "big", text: data.cosine_similarity.toFixed(4) })));
@@ -124,7 +126,8 @@ function drawAttention() {
   const margin = 8 + 7 * Math.max(...tokens.map((t) => t.length));
   box.replaceChildren();
   for (const head of heads) {
-    const canvas = el("canvas", { width: margin + cell * T + 4, height: margin + cell * T + 22, "data-layer": layer, "data-head": head });
+    const canvas = el("canvas", { width: margin + cell * T + 4, height: margin + cell * T + 22, "data-layer": layer, "data-head": head,
+      "data-cell": cell, "data-margin": margin });
     canvas.className = "heatmap";
     const matrix = data.attentions[layer][head];
     paint(canvas, matrix, tokens, cell, margin, null, `layer ${layer} head ${head}`);
@@ -273,49 +276,71 @@ function chart(title, series, yMax) {
   return svg;
 }
 
-async function refreshRun() {
-  let data;
-  try { data = await api("run"); } catch (error) { $("run-state").textContent = error.message; return; }
+function drawRun(data) {  // true once the run has finished (summary.json is written)
   const train = data.records.filter((r) => r.split === "train");
   const held = data.records.filter((r) => r.split !== "train");
   const keys = (rows, suffix) => [...new Set(rows.flatMap((r) => Object.keys(r)).filter((k) => k.endsWith(suffix)))];
-  const series = (rows, key, name) => ({ name, points: rows.filter((r) => r[key] !== undefined).map((r) => [r.step, r[key]]) });
+  const series = (rows, key, name) => ({ name, points: rows.filter((r) => Number.isFinite(r[key])).map((r) => [r.step, r[key]]) });
   const losses = [series(train, "loss", "train loss"), ...keys(held, "_loss").map((k) => series(held, k, `${held[0].split} ${k}`))];
   const accuracies = keys(held, "_accuracy").concat(keys(held, "accuracy").filter((k) => k === "accuracy"))
     .map((k) => series(held, k, `${held[0].split} ${k}`));
   $("run-curves").replaceChildren(chart("losses", losses), chart("held-out accuracy", accuracies, 1));
   const last = data.records.length ? data.records[data.records.length - 1].step : 0;
-  if (data.summary) {
-    $("run-state").textContent = `finished: ${data.summary.stop_reason} at step ${data.summary.steps}`;
-    const final = data.summary.final || {};
-    $("run-summary").replaceChildren(el("table", { class: "summary" }, ...Object.entries(final).map(([k, v]) =>
-      el("tr", {}, el("td", { text: k }), el("td", { text: typeof v === "number" ? (Number.isInteger(v) ? v : v.toFixed(4)) : String(v) }))),
-      el("tr", {}, el("td", { text: "train time" }), el("td", { text: `${data.summary.train_time_s} s` })),
-      el("tr", {}, el("td", { text: "tokens/s" }), el("td", { text: Math.round(data.summary.tokens_per_s).toLocaleString() }))));
-  } else {
-    $("run-state").textContent = `training: step ${last} so far (refreshing every 3 s)`;
-    setTimeout(refreshRun, 3000);
+  const n = data.damaged_lines;
+  const damaged = n ? ` (${n} damaged line${n === 1 ? "" : "s"} of metrics.jsonl skipped)` : "";
+  if (!data.summary) {
+    $("run-state").textContent = `training: step ${last} so far (refreshing every ${POLL_MS / 1000} s)${damaged}`;
+    return false;
   }
+  const s = data.summary, number = (v) => (Number.isInteger(v) ? v : v.toFixed(4));
+  $("run-state").textContent = `finished: ${s.stop_reason} at step ${s.steps}${damaged}`;
+  const rows = Object.entries(s.final || {}).map(([k, v]) => [k, typeof v === "number" ? number(v) : String(v)]);
+  if (typeof s.train_time_s === "number") rows.push(["train time", `${s.train_time_s} s`]);
+  if (typeof s.tokens_per_s === "number") rows.push(["tokens/s", Math.round(s.tokens_per_s).toLocaleString()]);
+  $("run-summary").replaceChildren(el("table", { class: "summary" },
+    ...rows.map(([k, v]) => el("tr", { "data-key": k }, el("td", { text: k }), el("td", { text: v })))));
+  return true;
+}
+
+async function refreshRun() {  // a failed look (the server restarting, a file being written) is tried again
+  let finished = false;
+  try { finished = drawRun(await api("run")); } catch (error) {
+    $("run-state").textContent = `${error.message} (trying again every ${POLL_MS / 1000} s)`;
+  }
+  if (!finished) setTimeout(refreshRun, POLL_MS);
 }
 
 // ------------------------------------------------------------------------------------------------------
-// Start: what was loaded decides the tabs
+// Start: what was loaded decides the tabs; a run without a checkpoint yet is asked again until it has one
 
 function show(name) {
   for (const panel of document.querySelectorAll(".panel")) panel.hidden = panel.id !== "panel-" + name;
   for (const tab of document.querySelectorAll("nav button")) tab.classList.toggle("active", tab.dataset.panel === name);
 }
 
-async function start() {
-  const info = await api("info");
+function applyInfo(info) {
   const what = info.kind ? `${info.kind.replace("_", " ")} checkpoint ${info.checkpoint}` : "no checkpoint yet";
-  $("what").textContent = (info.panels.includes("run") ? `run ${info.path}; ` : "") + what;
-  $("tabs").replaceChildren(...info.panels.map((name) => {
-    const tab = el("button", { text: TITLES[name] || name, "data-panel": name });
-    tab.addEventListener("click", () => show(name));
-    return tab;
-  }));
-  if (info.text_pair) $("classify-pair").hidden = false;
+  $("what").textContent = (info.panels.includes("run") ? `run ${info.path}; ` : "") + what + (info.error ? ` (${info.error})` : "");
+  const shown = [...$("tabs").children].map((tab) => tab.dataset.panel);
+  if (shown.join() !== info.panels.join()) {  // new panels: keep the one being looked at
+    const current = document.querySelector("nav button.active")?.dataset.panel;
+    $("tabs").replaceChildren(...info.panels.map((name) => {
+      const tab = el("button", { text: TITLES[name] || name, "data-panel": name });
+      tab.addEventListener("click", () => show(name));
+      return tab;
+    }));
+    if (info.panels.length) show(info.panels.includes(current) ? current : info.panels[0]);
+  }
+  $("classify-pair").hidden = !info.text_pair;
+}
+
+async function watchInfo() {  // while only the run is shown: look for its first checkpoint
+  let info = null;
+  try { info = await api("info"); applyInfo(info); } catch (error) { $("what").textContent = error.message; }
+  if (!info || info.panels.every((name) => name === "run")) setTimeout(watchInfo, POLL_MS);
+}
+
+async function start() {
   for (const form of document.querySelectorAll("form[data-route]")) {
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
@@ -334,8 +359,12 @@ async function start() {
   }
   $("attention-layer").addEventListener("change", drawAttention);
   $("attention-head").addEventListener("change", drawAttention);
-  if (info.panels.length) show(info.panels[0]);
-  if (info.panels.includes("run")) refreshRun();
+  const info = await api("info");
+  applyInfo(info);
+  if (info.panels.includes("run")) {
+    refreshRun();
+    if (info.panels.length === 1) setTimeout(watchInfo, POLL_MS);
+  }
   document.body.dataset.ready = "true";
 }
 
