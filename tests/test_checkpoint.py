@@ -1,4 +1,6 @@
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -91,3 +93,22 @@ def test_one_loader_per_kind_refuses_the_other_kinds(tmp_path, tiny_config):
         load_pretraining_checkpoint(tmp_path / "ft" / "best")
     with pytest.raises(NanobertError, match="holds a pretraining checkpoint, not a fine-tuned model"):
         load_finetuned(tmp_path / "pre")
+
+
+def test_a_reader_leaves_a_live_writers_swap_alone(tmp_path, tiny_config):
+    """Between the writer's two renames only NAME.old exists; a reader (`nanobert serve` watching a run) must
+    not rename it back while the writer still runs, or the writer's second rename fails."""
+    ck = tmp_path / "ck"
+    save_checkpoint(ck, BertForPreTraining(tiny_config), TrainConfig(), None)
+    ck.rename(tmp_path / "ck.old")  # the writer's first rename
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / f".ck.tmp-{writer.pid}").mkdir()  # its temporary, not yet renamed into place
+        with pytest.raises(NanobertError):
+            read_config(ck)
+        assert (tmp_path / "ck.old").is_dir() and not ck.exists()
+    finally:
+        writer.kill()
+        writer.wait()
+    read_config(ck)  # the writer died mid-swap: now the reader puts the old checkpoint back
+    assert ck.is_dir() and not (tmp_path / "ck.old").exists()

@@ -50,9 +50,10 @@ COMMANDS = {
 
 
 def _recover(directory: Path) -> None:
-    """Finish or undo a replacement that was interrupted between its two renames."""
+    """Finish or undo a replacement that was interrupted between its two renames. Nothing while another
+    process is still writing one (a reader, such as `nanobert serve` watching a run, must not race it)."""
     old = directory.with_name(directory.name + ".old")
-    if old.is_dir():
+    if old.is_dir() and not _writer_alive(directory):
         if directory.is_dir() and (directory / CONFIG_NAME).is_file():
             shutil.rmtree(old)  # the new one landed; the old one only awaited deletion
         else:
@@ -71,11 +72,25 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _other_writers(directory: Path) -> list[tuple[Path, bool]]:
+    """Other processes' temporaries for `directory` (`.NAME.tmp-PID`), each with whether its writer runs."""
+    found = []
+    for tmp in directory.parent.glob(f".{directory.name}.tmp-*"):
+        pid = tmp.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid():
+            found.append((tmp, _pid_alive(int(pid))))
+    return found
+
+
+def _writer_alive(directory: Path) -> bool:
+    """Whether another live process is writing a replacement for `directory`."""
+    return any(alive for _, alive in _other_writers(directory))
+
+
 def _remove_stale_temporaries(directory: Path) -> None:
     """Delete `.NAME.tmp-PID` directories whose writer no longer runs (it was killed mid-write)."""
-    for stale in directory.parent.glob(f".{directory.name}.tmp-*"):
-        pid = stale.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+    for stale, alive in _other_writers(directory):
+        if not alive:
             shutil.rmtree(stale, ignore_errors=True)
 
 
@@ -107,7 +122,7 @@ def write_atomically(directory: str | Path, write: Any) -> Path:
         old = directory.with_name(directory.name + ".old")
         os.replace(directory, old)
         os.replace(tmp, directory)
-        shutil.rmtree(old)
+        shutil.rmtree(old, ignore_errors=True)  # a reader may have finished the clean-up (`_recover`)
     else:
         os.replace(tmp, directory)
     return directory
