@@ -65,12 +65,46 @@ def test_squad_normalisation_exact_match_and_f1_by_hand():
     assert f1_score("Denver Broncos team", "Broncos") == pytest.approx(0.5)
     assert f1_score("a b c", "b c d") == pytest.approx(0.8)  # "a" is an article: pred (b, c), gold (b, c, d)
     assert f1_score("cat cat", "cat") == pytest.approx(2 * 0.5 * 1 / 1.5)  # counts, not sets
-    assert f1_score("", "") == 1.0 and f1_score("x", "") == 0.0  # SQuAD 2.0's no-answer agreement
-    scores = squad_scores(
-        {"q1": "Denver Broncos", "q2": "Santa Clara", "q3": "", "q4": "wrong"},
-        {"q1": ["Denver Broncos", "The Broncos"], "q2": ["Levi's Stadium", "Santa Clara, California"],
-         "q3": [], "q4": ["right"], "q5": ["never answered"]},
-    )  # fmt: skip
-    # q1 exact; q2 F1 against its best gold 2 * (1 * 2/3) / (1 + 2/3) = 0.8; q3 no answer, right; q4, q5 zero
-    assert scores["exact_match"] == pytest.approx(100 * 2 / 5)
-    assert scores["f1"] == pytest.approx(100 * (1 + 0.8 + 1) / 5)
+    # evaluate-v1.1.py: F1 is 0 without a common token, even for two empty answers; EM compares the strings
+    assert f1_score("", "") == 0.0 and f1_score(".", "the") == 0.0 and exact_match(".", "the") == 1.0
+    # evaluate-v2.0.py: an empty side agrees only with an empty side (the no-answer case)
+    assert f1_score("", "", version_2=True) == 1.0 and f1_score("x", "", version_2=True) == 0.0
+    assert f1_score("", "x", version_2=True) == 0.0
+    assert f1_score("a b c", "b c d", version_2=True) == pytest.approx(0.8)  # the same where both have words
+    for version_2 in (False, True):
+        scores = squad_scores(
+            {"q1": "Denver Broncos", "q2": "Santa Clara", "q4": "wrong"},
+            {"q1": ["Denver Broncos", "The Broncos"], "q2": ["Levi's Stadium", "Santa Clara, California"],
+             "q4": ["right"], "q5": ["never answered"]},
+            version_2=version_2,
+        )  # fmt: skip
+        # q1 exact; q2 F1 against its best gold 2 * (1 * 2/3) / (1 + 2/3) = 0.8; q4 wrong, q5 unanswered: 0
+        assert scores["exact_match"] == pytest.approx(100 * 1 / 4)
+        assert scores["f1"] == pytest.approx(100 * (1 + 0.8) / 4)
+
+
+def test_squad_v1_and_v2_rules_differ_where_an_answer_normalises_to_nothing():
+    from nanobert.metrics import squad_scores
+
+    predictions = {"dot": "", "dot-or-city": "", "city": "Paris", "none": "", "none-guess": "Paris"}
+    golds = {
+        "dot": ["."],  # a gold answer that normalises to nothing
+        "dot-or-city": [".", "Paris"],
+        "city": ["the city of Paris", "."],
+        "none": [],  # unanswerable (only in 2.0 data)
+        "none-guess": [],
+    }
+    # v1.1 keeps every gold answer and takes the max: "" vs "." -> EM 1 (both normalise to ""), F1 0 (no
+    # common token); "Paris" vs "the city of Paris" -> EM 0, F1 2 * (1 * 1/3) / (1 + 1/3) = 0.5; a question
+    # with no gold answer at all scores 0.
+    # dot: EM 1 F1 0; dot-or-city: EM 1 F1 0; city: EM 0 F1 0.5; none: 0 0; none-guess: 0 0
+    v1 = squad_scores(predictions, golds)
+    assert v1 == {"exact_match": pytest.approx(100 * 2 / 5), "f1": pytest.approx(100 * 0.5 / 5)}
+    # 2.0 drops "." from every gold list: "dot" is left with none, so it is unanswerable and "" is right
+    # (EM 1, F1 1); "dot-or-city" has only "Paris" left, which "" misses (0, 0); city: EM 0 F1 0.5;
+    # none: "" is right (1, 1); none-guess: an answer to an unanswerable question (0, 0)
+    v2 = squad_scores(predictions, golds, version_2=True)
+    assert v2 == {"exact_match": pytest.approx(100 * 2 / 5), "f1": pytest.approx(100 * 2.5 / 5)}
+    # and where the two agree on EM but not F1, a prediction of "." itself: v1.1 EM 1 F1 0; 2.0 EM 1 F1 1
+    assert squad_scores({"q": "."}, {"q": ["."]}) == {"exact_match": 100.0, "f1": 0.0}
+    assert squad_scores({"q": "."}, {"q": ["."]}, version_2=True) == {"exact_match": 100.0, "f1": 100.0}

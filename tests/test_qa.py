@@ -1,6 +1,7 @@
 """Question answering end to end on a generated SQuAD-format task: learned, predicted, answered, exported."""
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -65,6 +66,84 @@ def test_predict_writes_the_official_prediction_file(tuned, task, capsys):
     assert predictions == json.loads((out / "predictions.json").read_text())
 
 
+def test_predict_honours_device_and_batch_size_and_scores_by_the_files_version(
+    tuned, task, tmp_path, capsys, monkeypatch
+):
+    import nanobert.qa
+
+    out, _ = tuned
+    root, _, dev = task
+    devices, sizes = [], []
+    resolve, batches = nanobert.qa.resolve_device, nanobert.qa.length_sorted_batches
+    monkeypatch.setattr(nanobert.qa, "resolve_device", lambda d: devices.append(d) or resolve(d))
+    monkeypatch.setattr(
+        nanobert.qa, "length_sorted_batches", lambda data, n: sizes.append(n) or batches(data, n)
+    )
+    argv = ["predict", out, "--input", dev, "--out", tmp_path / "p.json", "--device", "cpu"]
+    code, stdout, err = run_cli(capsys, *argv, "--batch-size", 7)
+    assert code == 0, err
+    assert devices == ["cpu"] and sizes == [7]
+    assert json.loads(stdout)["squad_version"] == "2.0"  # a file with unanswerable questions: 2.0's rules
+    assert json.loads((tmp_path / "p.json").read_text()) == json.loads((out / "predictions.json").read_text())
+    v1 = write_squad_task(tmp_path / "v1.json", 5, 3)  # no unanswerable questions, version 1.1
+    code, stdout, err = run_cli(capsys, "predict", out, "--input", v1)  # answers to stdout, scores to stderr
+    assert code == 0 and set(json.loads(stdout)) == {
+        f"q{a}-{k}" for a in range(5) for k in ("where", "colour")
+    }
+    assert json.loads(err.removeprefix("nanobert: "))["squad_version"] == "1.1"
+    if not torch.cuda.is_available():  # --device is not ignored: asking for a GPU that is not there says so
+        code, _, err = run_cli(capsys, "predict", out, "--input", dev, "--device", "cuda")
+        assert code == 2 and "no CUDA GPU" in err
+
+
+def test_the_null_score_threshold_is_the_models_unless_overridden(tuned, tmp_path, capsys):
+    out, _ = tuned
+    context = "Juliet went to the ocean with a purple hat. kilo lima mike november oscar."
+    ask = ["answer", out, "--context", context]
+    code, stdout, _ = run_cli(
+        capsys, *ask, "--question", "Where did juliet go?", "--null-score-threshold", -1e9
+    )
+    assert code == 0 and stdout.strip() == "(no answer)"  # [CLS] always wins
+    code, stdout, _ = run_cli(
+        capsys, *ask, "--question", "When did juliet go?", "--null-score-threshold", 1e9
+    )
+    assert code == 0 and stdout.strip() != "(no answer)"  # [CLS] never wins
+    # the threshold recorded with the model is the one predict and answer use
+    shutil.copytree(out / "best", tmp_path / "strict")
+    config = json.loads((tmp_path / "strict" / "config.json").read_text())
+    config["finetune"]["null_score_threshold"] = -1e9
+    (tmp_path / "strict" / "config.json").write_text(json.dumps(config))
+    assert load_qa_model(tmp_path / "strict").answer("Where did juliet go?", context).text == ""
+    assert (
+        load_qa_model(tmp_path / "strict", null_score_threshold=0.0)
+        .answer("Where did juliet go?", context)
+        .text
+        == "ocean"
+    )
+    # a v1.1 model always answers a span: a threshold does not apply to it
+    config["version_2_with_negative"] = False
+    (tmp_path / "strict" / "config.json").write_text(json.dumps(config))
+    assert load_qa_model(tmp_path / "strict").answer("When did juliet go?", context).text != ""
+    ask = ["answer", tmp_path / "strict", "--question", "Where?", "--context", context]
+    code, _, err = run_cli(capsys, *ask, "--null-score-threshold", 1)
+    assert code == 2 and "applies only to a SQuAD 2.0 model" in err
+
+
+def test_finetune_takes_the_query_length_and_null_threshold_and_records_them(task, tmp_path, capsys):
+    root, train, dev = task
+    small = write_squad_task(tmp_path / "small.json", 12, 5, no_answer=True, filler=1)
+    argv = ["finetune", qa_checkpoint(tmp_path), "--task", "qa", "--train", small, "--dev", small,
+            "--out", tmp_path / "ft", "--epochs", 1, "--max-seq-len", 32, "--doc-stride", 8,
+            "--max-query-length", 3, "--null-score-threshold", 2.5, "--device", "cpu",
+            "--precision", "fp32", "--quiet"]  # fmt: skip
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 0, err
+    settings = json.loads((tmp_path / "ft" / "best" / "config.json").read_text())["finetune"]
+    assert settings["max_query_length"] == 3 and settings["null_score_threshold"] == 2.5
+    model = load_qa_model(tmp_path / "ft")
+    assert model.null_threshold == 2.5 and model.settings.max_query_length == 3
+
+
 def test_answer_prints_the_answer_its_probability_and_span(tuned, capsys):
     out, _ = tuned
     context = "Juliet went to the ocean with a purple hat. kilo lima mike november oscar."
@@ -120,8 +199,16 @@ def test_bad_input_is_one_line(tuned, task, tmp_path, capsys):
     )
     empty_context = tmp_path / "z.json"
     empty_context.write_text(json.dumps({"data": [{"paragraphs": [{"context": "", "qas": []}]}]}))
+    paragraphs_a_number = tmp_path / "w.json"
+    paragraphs_a_number.write_text('{"data": [{"paragraphs": 5}]}')
     qa = ["finetune", pretrained, "--task", "qa", "--dev", dev, "--out", tmp_path / "o", "--quiet"]
+    predict = ["predict", out, "--input", dev]
     for argv, needle in [
+        ([*qa, "--train", paragraphs_a_number], "article 0 has 'paragraphs' a number, not a list"),
+        (["predict", out, "--input", paragraphs_a_number], "article 0 has 'paragraphs' a number"),
+        ([*predict, "--batch-size", "0"], "--batch-size must be at least 1"),
+        ([*predict, "--text-col", "question"], "--text-col: not for a question-answering model"),
+        ([*qa, "--train", train, "--max-query-length", "0"], "max_query_length"),
         ([*qa, "--train", not_squad], "not SQuAD JSON"),
         ([*qa, "--train", no_answer_text], "does not occur in its context"),
         ([*qa, "--train", empty_context], "empty context"),

@@ -21,6 +21,17 @@ class _Parser(argparse.ArgumentParser):
         raise NanobertError(f"{message} (see `{self.prog} --help`)")
 
 
+def _positive_int(text: str) -> int:
+    """argparse type of counts such as --batch-size: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
+
+
 def _print_json(obj) -> None:
     print(json.dumps(obj, indent=2))
 
@@ -191,7 +202,7 @@ def _add_evaluate(sub) -> None:
     p.add_argument("checkpoint", metavar="CKPT")
     p.add_argument("--data", help="corpus whose validation split to use (default: the one it trained with)")
     p.add_argument("--valid", help="held-out text file")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=_positive_int, default=64)
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.set_defaults(func=_cmd_evaluate)
 
@@ -260,12 +271,18 @@ def _add_finetune(sub) -> None:
         help="dev metric that picks the best epoch (default: accuracy; pearson for regression; f1 for qa)",
     )
     p.add_argument("--doc-stride", type=int, help="qa: word pieces between window starts (default 128)")
+    p.add_argument("--max-query-length", type=int, help="qa: question pieces kept at most (default 64)")
     p.add_argument("--max-answer-length", type=int, help="qa: longest answer in word pieces (default 30)")
+    p.add_argument(
+        "--null-score-threshold",
+        type=float,
+        help='qa, SQuAD 2.0: answer "" when [CLS] beats the best span by more (default 0; predict uses it)',
+    )
     p.add_argument(
         "--max-train-examples", type=int, metavar="N", help="qa: train on a seeded random N of the questions"
     )
     p.add_argument("--epochs", type=int, help="default 3 (qa: 2)")
-    p.add_argument("--batch-size", type=int, help="default 32")
+    p.add_argument("--batch-size", type=_positive_int, help="default 32")
     p.add_argument("--learning-rate", type=float, help="peak AdamW learning rate, default 1e-4")
     p.add_argument("--warmup-ratio", type=float, help="share of steps warming up linearly, default 0.1")
     p.add_argument("--weight-decay", type=float, help="default 0.01")
@@ -304,7 +321,13 @@ _FINETUNE_OPTIONS = (
     "layer_lr_decay",
 )
 _FINETUNE_OPTIONS += ("max_seq_len", "seed", "device", "precision", "metric")
-_QA_OPTIONS = ("doc_stride", "max_answer_length", "max_train_examples")
+_QA_OPTIONS = (
+    "doc_stride",
+    "max_query_length",
+    "max_answer_length",
+    "null_score_threshold",
+    "max_train_examples",
+)
 
 
 def _cmd_finetune(args) -> int:
@@ -370,23 +393,28 @@ def _add_predict(sub) -> None:
     p.add_argument("--encoding", help="text encoding of the input (default UTF-8); output is UTF-8")
     p.add_argument("--text-col", metavar="COL", help="default: the column the model was trained on")
     p.add_argument("--text-pair-col", metavar="COL", help="default: the one the model was trained on")
-    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument(
+        "--batch-size", type=_positive_int, default=128, help="rows (qa: windows) per batch (default 128)"
+    )
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--null-score-threshold", type=float, help=_THRESHOLD_HELP)
     p.set_defaults(func=_cmd_predict)
+
+
+_THRESHOLD_HELP = 'a SQuAD 2.0 qa model: answer "" when [CLS] beats the best span by more (default: its own)'
+_TABLE_OPTIONS = ("format", "encoding", "text_col", "text_pair_col")  # what a qa model has no use for
 
 
 def _cmd_predict(args) -> int:
     from nanobert.checkpoint import QUESTION_ANSWERING, checkpoint_kind, read_config
     from nanobert.finetune import predict
-    from nanobert.qa import predict_qa
     from nanobert.tabular import parse_column
 
     best = Path(args.model) / "best"
     if checkpoint_kind(read_config(best if best.is_dir() else args.model)) == QUESTION_ANSWERING:
-        result = predict_qa(args.model, args.input, args.out)
-        if args.out:
-            _print_json(result)
-        return 0
+        return _cmd_predict_qa(args)
+    if args.null_score_threshold is not None:
+        raise NanobertError("--null-score-threshold applies only to question-answering models")
     result = predict(
         args.model,
         args.input,
@@ -405,12 +433,29 @@ def _cmd_predict(args) -> int:
     return 0
 
 
+def _cmd_predict_qa(args) -> int:
+    from nanobert.qa import predict_qa
+
+    given = [f"--{k.replace('_', '-')}" for k in _TABLE_OPTIONS if getattr(args, k) is not None]
+    if given:
+        raise NanobertError(f"{' '.join(given)}: not for a question-answering model, which reads SQuAD JSON")
+    options = {k: getattr(args, k) for k in ("batch_size", "device", "null_score_threshold")}
+    result = predict_qa(args.model, args.input, args.out, **options)
+    if args.out:  # the answers went to a file: stdout carries the result
+        _print_json(result)
+    elif "f1" in result:  # the answers went to stdout: keep it clean, the scores go to stderr
+        scores = {k: result[k] for k in ("exact_match", "f1", "squad_version")}
+        print("nanobert: " + json.dumps(scores), file=sys.stderr)
+    return 0
+
+
 def _add_answer(sub) -> None:
     p = _command(
         sub, "answer", _cmd_answer, "answer a question about a text with a QA model (finetune --task qa)"
     )
     p.add_argument("--question", required=True)
     p.add_argument("--context", required=True, help="the text that holds the answer")
+    p.add_argument("--null-score-threshold", type=float, help=_THRESHOLD_HELP)
 
 
 def _cmd_answer(args) -> int:
@@ -418,7 +463,8 @@ def _cmd_answer(args) -> int:
 
     from nanobert.qa import load_qa_model
 
-    a = load_qa_model(args.checkpoint, device=args.device).answer(args.question, args.context)
+    model = load_qa_model(args.checkpoint, args.device, args.null_score_threshold)
+    a = model.answer(args.question, args.context)
     text = (
         f"{a.text}  (probability {a.probability:.1%}, characters {a.start}-{a.end})"
         if a.text
@@ -527,7 +573,7 @@ def _add_embed(sub) -> None:
     p = _command(sub, "embed", _cmd_embed, "one mean-pooled embedding per line of a text file, saved as .npy")
     p.add_argument("--input", required=True, metavar="FILE", help="UTF-8 text, one text per line")
     p.add_argument("--out", required=True, metavar="FILE.npy", help="where to np.save the (lines, H) matrix")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=_positive_int, default=64)
 
 
 def _cmd_embed(args) -> int:
@@ -655,7 +701,7 @@ def _add_serve(sub) -> None:
     )
     p.add_argument("path", metavar="PATH", help="a checkpoint (RUN/best) or a run directory (RUN)")
     p.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine only)")
-    p.add_argument("--port", type=int, default=8000, help="default 8000")
+    p.add_argument("--port", type=int, default=8000, help="default 8000; 0 picks a free port")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu")
     p.set_defaults(func=_cmd_serve)
 

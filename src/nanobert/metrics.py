@@ -1,10 +1,11 @@
 """Metrics of fine-tuned models, in NumPy: accuracy, macro-F1 and Matthews correlation for classification,
-Pearson and Spearman for regression, and SQuAD's exact match and F1 for question answering.
+Pearson and Spearman for regression, and SQuAD's exact match and F1 for question answering (the rules of
+the official v1.1 and 2.0 evaluation scripts, each for its own version's data).
 
-Each function takes 1-D arrays of equal length. Macro-F1 counts the classes that occur (as scikit-learn
-does); the Matthews correlation is Gorodkin's multi-class R_K, the usual MCC for two classes; Spearman
-averages the ranks of ties (scipy's `rankdata(method="average")`). tests/test_metrics.py checks them against
-hand-worked cases and against scipy.
+Each classification and regression function takes 1-D arrays of equal length. Macro-F1 counts the classes
+that occur (as scikit-learn does); the Matthews correlation is Gorodkin's multi-class R_K, the usual MCC for
+two classes; Spearman averages the ranks of ties (scipy's `rankdata(method="average")`). tests/test_metrics.py
+checks them against hand-worked cases and against scipy.
 """
 
 from __future__ import annotations
@@ -108,7 +109,11 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Extractive question answering: SQuAD's exact match and F1, as the official evaluation scripts compute them
+# Extractive question answering: SQuAD's exact match and F1, as the official evaluation scripts compute them.
+# The versions differ only where an answer normalises to nothing: evaluate-v1.1.py keeps every gold answer and
+# scores F1 0 without a common token (F1("", "") = 0, while EM("", "") = 1); evaluate-v2.0.py drops gold
+# answers that normalise to nothing (a question left with none is unanswerable: its gold is "") and scores
+# F1 1 when both sides are empty. Which applies is the dataset's: 2.0 for a file with unanswerable questions.
 
 
 def normalize_answer(text: str) -> str:
@@ -122,13 +127,15 @@ _PUNCTUATION = frozenset(string.punctuation)
 
 
 def exact_match(prediction: str, gold: str) -> float:
+    """1 when the normalised texts are equal (both versions), else 0."""
     return float(normalize_answer(prediction) == normalize_answer(gold))
 
 
-def f1_score(prediction: str, gold: str) -> float:
-    """Token-overlap F1 of the normalised texts; two empty texts agree (SQuAD 2.0's no-answer case)."""
+def f1_score(prediction: str, gold: str, version_2: bool = False) -> float:
+    """Token-overlap F1 of the normalised texts. SQuAD v1.1: 0 without a common token, so two texts that
+    normalise to nothing score 0. SQuAD 2.0 (`version_2`): an empty side scores 1 if both are, else 0."""
     pred, true = normalize_answer(prediction).split(), normalize_answer(gold).split()
-    if not pred or not true:
+    if version_2 and (not pred or not true):
         return float(pred == true)
     common = Counter(pred) & Counter(true)
     overlap = sum(common.values())
@@ -138,18 +145,26 @@ def f1_score(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def squad_scores(predictions: dict[str, str], golds: dict[str, list[str]]) -> dict[str, float]:
+def squad_scores(
+    predictions: dict[str, str], golds: dict[str, list[str]], *, version_2: bool = False
+) -> dict[str, float]:
     """Exact match and F1 in percent, each the maximum over a question's gold answers, averaged over the
-    questions of `golds` (a question with no prediction scores 0). A question whose gold list is empty or
-    holds only answers that normalise to nothing is unanswerable (SQuAD 2.0): its gold is the empty answer.
+    questions of `golds`; a question with no prediction scores 0 (evaluate-v2.0.py leaves it out of the
+    average instead; nanobert predicts every question, so the two agree).
+
+    SQuAD v1.1 rules by default (evaluate-v1.1.py): every gold answer counts, also one that normalises to
+    nothing, and a question without gold answers scores 0. `version_2` applies SQuAD 2.0's (evaluate-v2.0.py):
+    gold answers that normalise to nothing are dropped, a question left with none is unanswerable and its
+    gold is the empty answer, and F1 of two empty answers is 1.
     """
     em = f1 = 0.0
     for qid, answers in golds.items():
-        answers = [a for a in answers if normalize_answer(a)] or [""]
+        if version_2:
+            answers = [a for a in answers if normalize_answer(a)] or [""]
         prediction = predictions.get(qid)
         if prediction is None:
             continue
-        em += max(exact_match(prediction, a) for a in answers)
-        f1 += max(f1_score(prediction, a) for a in answers)
+        em += max((exact_match(prediction, a) for a in answers), default=0.0)
+        f1 += max((f1_score(prediction, a, version_2) for a in answers), default=0.0)
     n = max(len(golds), 1)
     return {"exact_match": 100.0 * em / n, "f1": 100.0 * f1 / n}

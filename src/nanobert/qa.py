@@ -3,7 +3,8 @@
 Follows section 4.2 of Devlin et al. (2019) and google-research/bert `run_squad.py`: a start and an end
 score per word piece (`BertForQuestionAnswering`, transformers' `qa_outputs`), cross-entropy on the gold
 start and end (the mean of the two), AdamW with linear warmup and decay, the epoch with the best dev F1 kept.
-Data, windows and decoding are in `qa_data.py`; exact match and F1 are SQuAD's own (`metrics.squad_scores`).
+Data, windows and decoding are in `qa_data.py`; exact match and F1 are SQuAD's own (`metrics.squad_scores`),
+by the official v1.1 script's rules for v1.1 data and the 2.0 script's for 2.0 data.
 
 `finetune_qa()` is setup, the loop every job runs (via `tuning.epoch_job`), and a summary. `QAModel` (from
 `load_qa_model`) answers: `predict(examples)` for a whole SQuAD file (what `nanobert predict` writes, the
@@ -39,27 +40,49 @@ from nanobert.tuning import epoch_job, with_encoder
 
 
 class QAModel:
-    """A fine-tuned question-answering model with its tokenizer and window settings, ready to answer."""
+    """A fine-tuned question-answering model with its tokenizer and window settings, ready to answer.
 
-    def __init__(self, model: BertForQuestionAnswering, tokenizer: Any, config: dict):
+    A SQuAD 2.0 model (trained with unanswerable questions) answers "" when the [CLS] score beats the best
+    span's by more than `null_score_threshold`: the one it was trained with (config.json), unless given here.
+    A v1.1 model always answers a span, so a threshold does not apply to it (NanobertError).
+    """
+
+    def __init__(
+        self,
+        model: BertForQuestionAnswering,
+        tokenizer: Any,
+        config: dict,
+        null_score_threshold: float | None = None,
+    ):
         self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
         self.settings = QAConfig(**{k: v for k, v in config.get("finetune", {}).items() if k in _QA_FIELDS})
         self.with_no_answer = bool(config.get("version_2_with_negative", False))
+        if null_score_threshold is not None and not self.with_no_answer:
+            raise NanobertError(
+                "--null-score-threshold applies only to a SQuAD 2.0 model (trained with unanswerable "
+                "questions); this one was trained on v1.1 data and always answers a span"
+            )
+        given, recorded = null_score_threshold, self.settings.null_score_threshold
+        self.null_threshold = (recorded if given is None else given) if self.with_no_answer else None
         self.device = next(model.parameters()).device
         self.amp_dtype = autocast_dtype(config.get("precision", self.settings.precision), self.device)
 
     def predict(self, examples: list[QAExample], batch_size: int | None = None) -> dict[str, Answer]:
-        """The best answer to every example (by id)."""
+        """The best answer to every example (by id); `batch_size` windows at a time (default: the run's
+        eval_batch_size)."""
         s = self.settings
         features = featurize(examples, self.tokenizer, s.max_seq_len, s.doc_stride, s.max_query_length)
         batch_size = batch_size or s.eval_batch_size
         starts, ends = span_logits(self.model, features, self.device, self.amp_dtype, batch_size)
-        threshold = s.null_score_threshold if self.with_no_answer else None
-        return best_answers(examples, features, starts, ends, s.max_answer_length, s.n_best_size, threshold)
+        return best_answers(
+            examples, features, starts, ends, s.max_answer_length, s.n_best_size, self.null_threshold
+        )
 
-    def score(self, examples: list[QAExample]) -> dict[str, float]:
-        """SQuAD's exact match and F1 of this model's answers to labelled examples."""
-        return squad_scores({k: a.text for k, a in self.predict(examples).items()}, golds(examples))
+    def score(self, examples: list[QAExample], batch_size: int | None = None) -> dict[str, float]:
+        """SQuAD's exact match and F1 of this model's answers to labelled examples, by the rules of their
+        dataset's version (2.0 for a file with unanswerable questions, else v1.1)."""
+        answers = {k: a.text for k, a in self.predict(examples, batch_size).items()}
+        return squad_scores(answers, golds(examples), version_2=is_version_2(examples))
 
     def answer(self, question: str, context: str) -> Answer:
         """The answer to one question about one context: its text (a substring of the context), character
@@ -72,10 +95,13 @@ class QAModel:
 _QA_FIELDS = {f.name for f in dataclasses.fields(QAConfig)}
 
 
-def load_qa_model(directory: str | Path, device: str = "cpu") -> QAModel:
-    """A QA checkpoint (RUN/best, or the run directory) ready to answer."""
+def load_qa_model(
+    directory: str | Path, device: str = "cpu", null_score_threshold: float | None = None
+) -> QAModel:
+    """A QA checkpoint (RUN/best, or the run directory) on `device` ("cpu", "cuda", "auto"), ready to answer;
+    `null_score_threshold` overrides the recorded one of a SQuAD 2.0 model."""
     model, tokenizer, config = load_qa(directory, resolve_device(device))
-    return QAModel(model, tokenizer, config)
+    return QAModel(model, tokenizer, config, null_score_threshold)
 
 
 @torch.no_grad()
@@ -104,6 +130,11 @@ def span_logits(
 def golds(examples: list[QAExample]) -> dict[str, list[str]]:
     """The gold answer texts of the labelled examples, by id."""
     return {e.id: e.answers for e in examples if e.answers is not None}
+
+
+def is_version_2(examples: list[QAExample]) -> bool:
+    """Whether the examples come from a SQuAD 2.0 file (`read_squad` marks every example of one)."""
+    return any(e.version_2 for e in examples)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -144,7 +175,7 @@ def finetune_qa(
     torch.manual_seed(cfg.seed)  # dropout
     extra = {
         "task": "qa",
-        "version_2_with_negative": any(e.answers == [] for e in splits["train"] + splits["dev"]),
+        "version_2_with_negative": is_version_2(splits["train"]) or is_version_2(splits["dev"]),
         "base_checkpoint": str(checkpoint),
         "init": "scratch" if from_scratch else "pretrained",
         "finetune": config_to_dict(cfg),
@@ -232,19 +263,31 @@ def _span_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[s
 
 
 def predict_qa(
-    model_dir: str | Path, input_file: str | Path, out: str | Path | None = None
+    model_dir: str | Path,
+    input_file: str | Path,
+    out: str | Path | None = None,
+    *,
+    batch_size: int | None = None,
+    device: str = "auto",
+    null_score_threshold: float | None = None,
 ) -> dict[str, Any]:
     """Answer every question of a SQuAD JSON file; write the official `{id: answer text}` file to `out`.
 
-    Returns {"questions", "out"} and, when the file has gold answers, their "exact_match" and "f1".
+    The model runs on `device`, `batch_size` windows at a time (default: its eval_batch_size). Returns
+    {"questions", "out"} and, when the file has gold answers, their "exact_match" and "f1" with the SQuAD
+    version whose rules scored them.
     """
-    qa = load_qa_model(model_dir)
+    if batch_size is not None and batch_size < 1:
+        raise NanobertError(f"--batch-size must be at least 1, not {batch_size}")
+    qa = load_qa_model(model_dir, device, null_score_threshold)
     examples = read_squad(input_file)
-    answers = _write_answers(qa.predict(examples), Path(out) if out is not None else None)
+    answers = _write_answers(qa.predict(examples, batch_size), Path(out) if out is not None else None)
     result: dict[str, Any] = {"questions": len(examples), "out": str(out) if out is not None else None}
     if golds(examples):
-        result.update(squad_scores(answers, golds(examples)))
+        version_2 = is_version_2(examples)
+        result.update(squad_scores(answers, golds(examples), version_2=version_2))
+        result["squad_version"] = "2.0" if version_2 else "1.1"
     return result
 
 
-__all__ = ["QAModel", "finetune_qa", "golds", "load_qa_model", "predict_qa", "span_logits"]
+__all__ = ["QAModel", "finetune_qa", "golds", "is_version_2", "load_qa_model", "predict_qa", "span_logits"]

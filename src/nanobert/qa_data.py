@@ -14,6 +14,7 @@ it answers "" when the [CLS] score beats the best span by more than a threshold.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 from dataclasses import dataclass, field
@@ -33,69 +34,104 @@ class QAExample:
     context: str
     answers: list[str] | None  # every gold answer text; [] when unanswerable (2.0); None when unlabelled
     answer_start: int | None = None  # character offset of the first answer, for training
+    version_2: bool = False  # from a SQuAD 2.0 file: unanswerable questions, scored by 2.0's EM/F1 rules
 
 
 def read_squad(path: str | Path) -> list[QAExample]:
     """The questions of a SQuAD-layout JSON file (v1.1 or 2.0; `answers` may be absent to just predict).
 
-    NanobertError, naming the question, for anything else: a file that is not SQuAD JSON, an empty context
-    or question, or an answer whose text does not occur in its context. An `answer_start` that does not
-    point at its text is replaced by the text's first occurrence.
+    Every example of a file that is SQuAD 2.0 (its `version` starts with 2 or v2, or a question is marked
+    `is_impossible`) has `version_2` set. NanobertError, naming the file and where in it, for anything else: a
+    file that is not SQuAD JSON, a field of the wrong type, an empty context or question, or an answer whose
+    text does not occur in its context. An `answer_start` that is absent, negative, past the context or not
+    pointing at its text is replaced by the text's first occurrence (as in the rebuilt SQuAD files).
     """
     path = Path(path)
     if not path.is_file():
         raise NanobertError(f"{path} does not exist; give a SQuAD JSON file (data -> paragraphs -> qas)")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))["data"]
-        if not isinstance(data, list):
-            raise TypeError
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
         raise NanobertError(
             f"{path} is not SQuAD JSON: expected an object whose 'data' lists articles with paragraphs of qas"
         ) from None
+    version_2 = isinstance(raw, dict) and str(raw.get("version", "")).lower().lstrip("v").startswith("2")
     examples = []
-    for a, article in enumerate(data):
-        for p, paragraph in enumerate(_field(article, "paragraphs", path, f"article {a}")):
-            context = _field(paragraph, "context", path, f"article {a} paragraph {p}")
-            if not isinstance(context, str) or not context.strip():
-                raise NanobertError(
-                    f"{path}: article {a} paragraph {p} has an empty context; fill or drop it"
-                )
-            for qa in _field(paragraph, "qas", path, f"article {a} paragraph {p}"):
-                examples.append(_example(qa, context, path))
+    for a, article in enumerate(_field(raw, "data", path, "the file", list)):
+        for p, paragraph in enumerate(_field(article, "paragraphs", path, f"article {a}", list)):
+            where = f"article {a} paragraph {p}"
+            context = _field(paragraph, "context", path, where, str)
+            if not context.strip():
+                raise NanobertError(f"{path}: {where} has an empty context; fill or drop it")
+            for q, qa in enumerate(_field(paragraph, "qas", path, where, list)):
+                example, impossible = _example(qa, context, path, f"{where} question {q}")
+                examples.append(example)
+                version_2 = version_2 or impossible
     if not examples:
         raise NanobertError(f"{path} holds no questions")
+    for example in examples:
+        example.version_2 = version_2
     return examples
 
 
-def _field(obj: Any, key: str, path: Path, where: str) -> Any:
-    if not isinstance(obj, dict) or key not in obj:
+def _field(obj: Any, key: str, path: Path, where: str, kind: type | None = None) -> Any:
+    """obj[key], where `obj` must be a JSON object holding `key` (of type `kind` when given)."""
+    if not isinstance(obj, dict):
+        raise NanobertError(f"{path} is not SQuAD JSON: {where} is {_json_type(obj)}, not an object")
+    if key not in obj:
         raise NanobertError(f"{path} is not SQuAD JSON: {where} has no {key!r}")
-    return obj[key]
+    value = obj[key]
+    if kind is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+        wanted = {list: "a list", str: "a string", int: "a whole number"}[kind]
+        wrong = _json_type(value)
+        raise NanobertError(f"{path} is not SQuAD JSON: {where} has {key!r} {wrong}, not {wanted}")
+    return value
 
 
-def _example(qa: dict, context: str, path: Path) -> QAExample:
-    qid = str(_field(qa, "id", path, "a question"))
-    question = _field(qa, "question", path, f"question {qid}")
-    if not isinstance(question, str) or not question.strip():
+def _json_type(value: Any) -> str:
+    """How JSON would name a parsed value's type, for error messages."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)  # null, true, false
+    names = {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _example(qa: Any, context: str, path: Path, where: str) -> tuple[QAExample, bool]:
+    """One question of a paragraph, and whether it is marked unanswerable (`is_impossible`, SQuAD 2.0)."""
+    qid = _field(qa, "id", path, where)
+    if not isinstance(qid, str | int) or isinstance(qid, bool):
+        raise NanobertError(f"{path} is not SQuAD JSON: {where} has 'id' {_json_type(qid)}, not a string")
+    qid = str(qid)
+    question = _field(qa, "question", path, f"question {qid}", str)
+    if not question.strip():
         raise NanobertError(f"{path}: question {qid} is empty")
+    impossible = qa.get("is_impossible", False)
+    if not isinstance(impossible, bool):
+        wrong = _json_type(impossible)
+        raise NanobertError(
+            f"{path} is not SQuAD JSON: question {qid} has 'is_impossible' {wrong}, not true/false"
+        )
     if "answers" not in qa:
-        return QAExample(qid, question, context, None)
+        return QAExample(qid, question, context, None), impossible
     answers, start = [], None
-    for i, answer in enumerate(qa["answers"]):
-        text = answer.get("text", "") if isinstance(answer, dict) else ""
+    for i, answer in enumerate(_field(qa, "answers", path, f"question {qid}", list)):
+        text = _field(answer, "text", path, f"question {qid} answer {i}", str)
         if not text.strip():
             raise NanobertError(f"{path}: question {qid} has an empty answer text")
-        offset = answer.get("answer_start", -1)
-        if not isinstance(offset, int) or context[offset : offset + len(text)] != text:
+        offset = answer.get("answer_start")
+        if offset is not None:
+            offset = _field(answer, "answer_start", path, f"question {qid} answer {i}", int)
+        # Absent, negative (a slice would count it from the end), past the context or pointing elsewhere (as
+        # in the rebuilt SQuAD files): a misplaced offset, replaced by the text's first occurrence.
+        if offset is None or offset < 0 or not context.startswith(text, offset):
             offset = context.find(text)
         if offset < 0:
             raise NanobertError(f"{path}: question {qid}: the answer {text!r} does not occur in its context")
         answers.append(text)
         start = offset if i == 0 else start
-    if not answers and not qa.get("is_impossible", False):
+    if not answers and not impossible:
         raise NanobertError(f"{path}: question {qid} has no answer and is not marked is_impossible")
-    return QAExample(qid, question, context, answers, start)
+    return QAExample(qid, question, context, answers, start), impossible
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -123,12 +159,15 @@ def featurize(
     """Cut every example into windows `[CLS] question [SEP] context piece [SEP]` of at most `max_seq_len`.
 
     Window starts are `doc_stride` word pieces apart (google's doc_stride); questions longer than
-    `max_query_length` pieces are cut. Contexts are encoded once however many questions share them.
+    `max_query_length` pieces are cut. Contexts are encoded once however many questions share them, and which
+    window gives each context piece the most context is worked out once per window layout (the windows'
+    starts and lengths), not once per question: most questions of a context share its layout.
     """
     questions = tokenizer.encode_batch([e.question for e in examples], add_special_tokens=False)
     unique = list(dict.fromkeys(e.context for e in examples))
     encoded = tokenizer.encode_batch(unique, add_special_tokens=False)
     contexts = {c: (enc.ids, enc.offsets) for c, enc in zip(unique, encoded, strict=True)}
+    layouts: dict[tuple[tuple[int, int], ...], list[list[bool]]] = {}  # windows -> their max-context flags
     features = QAFeatures()
     for index, (example, question) in enumerate(zip(examples, questions, strict=True)):
         q_ids = question.ids[:max_query_length]
@@ -138,15 +177,16 @@ def featurize(
             raise NanobertError(
                 f"max_seq_len {max_seq_len} leaves no room for a context; raise --max-seq-len"
             )
-        windows = _windows(len(ids), room, doc_stride)
+        windows = tuple(_windows(len(ids), room, doc_stride))
+        if windows not in layouts:
+            layouts[windows] = _max_context(windows)
         answer = _answer_tokens(example, offsets)
-        for w, (start, length) in enumerate(windows):
-            head = len(q_ids) + 2  # [CLS] question [SEP]
+        head = len(q_ids) + 2  # [CLS] question [SEP]
+        for (start, length), best in zip(windows, layouts[windows], strict=True):
             features.example_index.append(index)
             features.input_ids.append([CLS_ID, *q_ids, SEP_ID, *ids[start : start + length], SEP_ID])
             features.token_type_ids.append([0] * head + [1] * (length + 1))
             features.offsets.append([None] * head + list(offsets[start : start + length]) + [None])
-            best = [_max_context(windows, w, start + i) for i in range(length)]
             features.max_context.append([False] * head + best + [False])
             inside = answer is not None and start <= answer[0] and answer[1] < start + length
             span = (head + answer[0] - start, head + answer[1] - start) if inside else (0, 0)
@@ -165,25 +205,31 @@ def _windows(n: int, room: int, stride: int) -> list[tuple[int, int]]:
         start += min(length, stride)
 
 
-def _max_context(windows: list[tuple[int, int]], w: int, position: int) -> bool:
-    """Whether window w gives the piece at `position` the most context on its shorter side (google's
-    `_check_is_max_context`: score min(left, right) + 0.01 * window length, the first best window wins)."""
-    best, best_score = None, -1.0
-    for i, (start, length) in enumerate(windows):
-        if start <= position < start + length:
+def _max_context(windows: tuple[tuple[int, int], ...]) -> list[list[bool]]:
+    """For every window (start, length), whether it gives each of its pieces the most context on the piece's
+    shorter side (google's `_check_is_max_context`: score min(left, right) + 0.01 * window length, the first
+    best window wins), in one pass over the windows rather than one per piece."""
+    if len(windows) == 1:
+        return [[True] * windows[0][1]]
+    n = windows[-1][0] + windows[-1][1]
+    best, best_score = [0] * n, [-1.0] * n
+    for w, (start, length) in enumerate(windows):
+        for position in range(start, start + length):
             score = min(position - start, start + length - 1 - position) + 0.01 * length
-            if score > best_score:
-                best, best_score = i, score
-    return best == w
+            if score > best_score[position]:
+                best[position], best_score[position] = w, score
+    return [[best[p] == w for p in range(start, start + length)] for w, (start, length) in enumerate(windows)]
 
 
 def _answer_tokens(example: QAExample, offsets: list[tuple[int, int]]) -> tuple[int, int] | None:
-    """The first and last context piece of the first gold answer, or None (unanswerable, unlabelled)."""
+    """The first and last context piece that overlap the first gold answer's characters, or None
+    (unanswerable, unlabelled). Pieces come in text order, so both are found by bisection."""
     if not example.answers or example.answer_start is None:
         return None
     begin, end = example.answer_start, example.answer_start + len(example.answers[0])
-    inside = [i for i, (a, b) in enumerate(offsets) if b > begin and a < end]
-    return (inside[0], inside[-1]) if inside else None
+    first = bisect.bisect_right(offsets, begin, key=lambda o: o[1])  # the first piece ending after begin
+    last = bisect.bisect_left(offsets, end, key=lambda o: o[0]) - 1  # the last piece starting before end
+    return (first, last) if first <= last else None
 
 
 # ----------------------------------------------------------------------------------------------------------
