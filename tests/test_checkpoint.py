@@ -112,3 +112,10 @@ def test_a_reader_leaves_a_live_writers_swap_alone(tmp_path, tiny_config):
         writer.wait()
     read_config(ck)  # the writer died mid-swap: now the reader puts the old checkpoint back
     assert ck.is_dir() and not (tmp_path / "ck.old").exists()
+
+
+def test_a_run_directory_given_as_a_checkpoint_names_its_checkpoints(tmp_path, tiny_config):
+    """A fine-tuning run has only best/; the error must point to it, not just say config.json is missing."""
+    save_checkpoint(tmp_path / "run" / "best", BertForPreTraining(tiny_config), None, None)
+    with pytest.raises(NanobertError, match=r"run directory: pass .*run/best\)"):
+        read_config(tmp_path / "run")

@@ -173,7 +173,12 @@ def read_config(directory: str | Path) -> dict:
         raise NanobertError(f"checkpoint {directory} does not exist (expected a directory such as RUN/best)")
     path = directory / CONFIG_NAME
     if not path.is_file():
-        hint = " (it holds best/ and last/: pass one of those)" if (directory / "last").is_dir() else ""
+        inside = [n for n in ("best", "last") if (directory / n / CONFIG_NAME).is_file()]
+        hint = (
+            f" (it is a run directory: pass {' or '.join(f'{directory}/{n}' for n in inside)})"
+            if inside
+            else ""
+        )
         raise NanobertError(f"{directory} is not a nanobert checkpoint: it has no {CONFIG_NAME}{hint}")
     try:
         config = json.loads(path.read_text())
