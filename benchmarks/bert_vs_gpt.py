@@ -35,7 +35,6 @@ from nanobert.checkpoint import load_causal_lm, load_pretraining_checkpoint, rea
 from nanobert.corpus import load_documents
 from nanobert.evaluate import (
     eval_instances,
-    evaluate_causal,
     evaluate_model,
     prepare_causal_eval_batches,
     prepare_eval_batches,
@@ -167,7 +166,7 @@ def own_metrics(bert_dir: Path, gpt_dir: Path, test_file: str) -> dict:
     cfg = config["train"]
     masked = prepare_eval_batches(tokenized, cfg["max_seq_len"], 64, bert.config.vocab_size, cfg["eval_seed"])
     windows = prepare_causal_eval_batches(tokenized, cfg["max_seq_len"], 64)
-    return {"bert": evaluate_model(bert, masked, "cpu"), "gpt": evaluate_causal(gpt, windows, "cpu")}
+    return {"bert": evaluate_model(bert, masked, "cpu"), "gpt": evaluate_model(gpt, windows, "cpu")}
 
 
 def examples(bert_dir: Path, gpt_dir: Path) -> dict:

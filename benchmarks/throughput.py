@@ -132,6 +132,11 @@ def main() -> None:
         action="store_true",
         help="ablation: nanobert's last layer computes every position (no query_positions)",
     )
+    p.add_argument(
+        "--with-logits",
+        action="store_true",
+        help="ablation: nanobert's MLM loss from the full (N, V) logits instead of in chunks",
+    )
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -160,14 +165,12 @@ def main() -> None:
 
     def ours_inputs(b):
         # input_ids, token_type_ids, labels, next_sentence_label, the query layout; no padding mask
-        names = ("input_ids", "token_type_ids", "labels", "next_sentence_label")
+        # and, as the trainer asks, the loss without the (N, V) logits (chunked; --with-logits: the ablation)
+        inputs = {k: b[k] for k in ("input_ids", "token_type_ids", "labels", "next_sentence_label")}
+        inputs["return_logits"] = args.with_logits
         if args.full_last_layer:
-            return {**{k: b[k] for k in names}, "mlm_positions": b["flat_mlm_positions"]}
-        return {
-            **{k: b[k] for k in names},
-            "query_positions": b["query_positions"],
-            "mlm_positions": b["mlm_positions"],
-        }
+            return {**inputs, "mlm_positions": b["flat_mlm_positions"]}
+        return {**inputs, "query_positions": b["query_positions"], "mlm_positions": b["mlm_positions"]}
 
     def theirs_inputs(b):
         return {k: b[k] for k in ("input_ids", "token_type_ids", "labels", "next_sentence_label")}

@@ -65,14 +65,14 @@ def test_evaluate_checkpoint_on_another_split_and_its_errors(tmp_path):
 def test_causal_metrics_are_per_predicted_token(tiny_config):
     import dataclasses
 
-    from nanobert.evaluate import evaluate_causal, prepare_causal_eval_batches
+    from nanobert.evaluate import prepare_causal_eval_batches
     from nanobert.model import BertLMHeadModel
 
     torch.manual_seed(0)
     model = BertLMHeadModel(dataclasses.replace(tiny_config, is_decoder=True))
     batches = prepare_causal_eval_batches(DOCS, seq_len=16, batch_size=4)
     assert all(b["input_ids"][:, 0].eq(2).all() for b in batches)  # every window starts with [CLS]
-    metrics = evaluate_causal(model, batches, "cpu")
+    metrics = evaluate_model(model, batches, "cpu")
     model.eval()
     losses, correct = [], 0
     with torch.no_grad():

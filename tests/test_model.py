@@ -269,3 +269,59 @@ def test_the_target_at_position_t_is_the_token_at_t_plus_1(tiny_config):
     assert model.bert.pooler is None and not hasattr(model, "nsp_head")
     with pytest.raises(ValueError, match="is_decoder"):
         BertLMHeadModel(tiny_config)
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16])
+def test_linear_cross_entropy_matches_linear_then_cross_entropy(dtype):
+    """The chunked loss (several chunks, ignored rows, autocast or not): same loss and gradients."""
+    from nanobert import model as model_module
+    from nanobert.model import linear_cross_entropy
+
+    torch.manual_seed(0)
+    N, H, V = 2 * model_module.LOSS_CHUNK_ROWS + 37, 24, 101
+    h = torch.randn(N, H, requires_grad=True)
+    weight = (torch.randn(V, H) * 0.3).requires_grad_()
+    bias = (torch.randn(V) * 0.1).requires_grad_()
+    target = torch.randint(0, V, (N,))
+    target[::5] = -100
+    results = []
+    for chunked in (False, True):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype is not None):
+            if chunked:
+                loss = linear_cross_entropy(h, weight, bias, target)
+            else:
+                loss = F.cross_entropy(F.linear(h, weight, bias).float(), target)
+        grads = torch.autograd.grad(3.0 * loss, (h, weight, bias))
+        results.append((loss.detach(), *grads))
+    tolerance = 1e-5 if dtype is None else 2e-2  # bf16 rounds the gradient before its matmuls
+    for plain, chunked in zip(*results, strict=True):
+        torch.testing.assert_close(chunked, plain, atol=tolerance, rtol=tolerance)
+    no_targets = torch.full((N,), -100)
+    assert linear_cross_entropy(h, weight, bias, no_targets).item() == 0.0
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_return_logits_false_trains_the_same(tiny_config, causal):
+    """Training asks for the loss only; the model then skips the logits but computes the same loss and
+    gradients (fp32)."""
+    from nanobert.model import BertLMHeadModel
+
+    config = dataclasses.replace(tiny_config, is_decoder=causal)
+    torch.manual_seed(0)
+    model = (BertLMHeadModel if causal else BertForPreTraining)(config).eval()
+    ids, tt, am = random_batch(config, pad_last=3)
+    labels = ids.clone() if causal else torch.full_like(ids, -100)
+    if not causal:
+        labels[:, 2::3] = ids[:, 2::3]
+    kwargs = {} if causal else {"next_sentence_label": torch.tensor([0, 1, 0])}
+    runs = []
+    for return_logits in (True, False):
+        model.zero_grad()
+        out = model(ids, tt, am, labels=labels, return_logits=return_logits, **kwargs)
+        out.loss.backward()
+        runs.append((out.loss.detach(), [p.grad.clone() for p in model.parameters()]))
+        logits = out.logits if causal else out.prediction_logits
+        assert (logits is None) == (not return_logits)
+    torch.testing.assert_close(runs[1][0], runs[0][0], atol=1e-5, rtol=1e-5)
+    for a, b in zip(runs[0][1], runs[1][1], strict=True):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4)

@@ -206,7 +206,7 @@ def test_bad_input_is_one_line(tuned, task, tmp_path, capsys):
     for argv, needle in [
         ([*qa, "--train", paragraphs_a_number], "article 0 has 'paragraphs' a number, not a list"),
         (["predict", out, "--input", paragraphs_a_number], "article 0 has 'paragraphs' a number"),
-        ([*predict, "--batch-size", "0"], "--batch-size must be at least 1"),
+        ([*predict, "--batch-size", "0"], "--batch-size: '0' is not a whole number of at least 1"),
         ([*predict, "--text-col", "question"], "--text-col: not for a question-answering model"),
         ([*qa, "--train", train, "--max-query-length", "0"], "max_query_length"),
         ([*qa, "--train", not_squad], "not SQuAD JSON"),

@@ -71,48 +71,39 @@ def evaluating(model: torch.nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
-def evaluate_model(
-    model: BertForPreTraining,
-    batches: list[dict[str, torch.Tensor]],
-    device: torch.device | str,
-    autocast_dtype: torch.dtype | None = None,
-) -> dict[str, float]:
-    """The five held-out metrics (METRIC_KEYS) of `model` on pre-masked `batches`."""
-    device = torch.device(device)
-    mlm_loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-    mlm_correct = torch.zeros((), dtype=torch.long, device=device)
-    nsp_loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-    nsp_correct = torch.zeros((), dtype=torch.long, device=device)
-    n_masked = n_pairs = 0
+class _Tally:
+    """Summed cross-entropy and correct argmaxes of (N, C) scores against (N,) targets, kept on the device
+    so that an evaluation syncs with the host once, at the end."""
+
+    def __init__(self, device: torch.device):
+        self.loss = torch.zeros((), dtype=torch.float64, device=device)
+        self.correct = torch.zeros((), dtype=torch.long, device=device)
+        self.count = 0
+
+    def add(self, scores: torch.Tensor, targets: torch.Tensor) -> None:
+        scores = scores.float()
+        self.loss += F.cross_entropy(scores, targets, reduction="sum").double()
+        self.correct += (scores.argmax(-1) == targets).sum()
+        self.count += targets.numel()
+
+    def mean_loss(self) -> float:
+        return self.loss.item() / max(self.count, 1)
+
+    def accuracy(self) -> float:
+        return self.correct.item() / max(self.count, 1)
+
+
+def _on_device(
+    model: torch.nn.Module, batches: list[dict[str, torch.Tensor]], device: torch.device
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Each batch moved to `device`, with the model in eval mode and gradients off meanwhile."""
     with evaluating(model):
         for batch in batches:
-            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-            with autocast(device, autocast_dtype):
-                out = model(
-                    batch["input_ids"],
-                    batch["token_type_ids"],
-                    batch["attention_mask"],
-                    labels=batch["labels"],
-                    next_sentence_label=batch["next_sentence_label"],
-                )
-            labels = batch["labels"][batch["labels"] != IGNORE_INDEX]  # same order as prediction_logits
-            logits = out.prediction_logits.float()
-            mlm_loss_sum += F.cross_entropy(logits, labels, reduction="sum").double()
-            mlm_correct += (logits.argmax(-1) == labels).sum()
-            nsp_logits = out.seq_relationship_logits.float()
-            nsp_labels = batch["next_sentence_label"]
-            nsp_loss_sum += F.cross_entropy(nsp_logits, nsp_labels, reduction="sum").double()
-            nsp_correct += (nsp_logits.argmax(-1) == nsp_labels).sum()
-            n_masked += labels.numel()
-            n_pairs += nsp_labels.numel()
-    mlm_loss = mlm_loss_sum.item() / max(n_masked, 1)
-    return {
-        "mlm_loss": mlm_loss,
-        "mlm_accuracy": mlm_correct.item() / max(n_masked, 1),
-        "mlm_perplexity": math.exp(min(mlm_loss, 700.0)),  # capped so a diverged model is inf-free
-        "nsp_loss": nsp_loss_sum.item() / max(n_pairs, 1),
-        "nsp_accuracy": nsp_correct.item() / max(n_pairs, 1),
-    }
+            yield {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def _perplexity(loss: float) -> float:
+    return math.exp(min(loss, 700.0))  # capped so a diverged model is inf-free
 
 
 def prepare_causal_eval_batches(
@@ -126,34 +117,57 @@ def prepare_causal_eval_batches(
     return [collator(windows[i : i + batch_size]) for i in range(0, len(windows), batch_size)]
 
 
-def evaluate_causal(
-    model: BertLMHeadModel,
+def evaluate_model(
+    model: BertForPreTraining | BertLMHeadModel,
     batches: list[dict[str, torch.Tensor]],
     device: torch.device | str,
     autocast_dtype: torch.dtype | None = None,
 ) -> dict[str, float]:
-    """Next-word loss, accuracy and perplexity (CAUSAL_METRIC_KEYS) per predicted token over `batches`."""
+    """Held-out metrics of a pretraining model on its fixed batches, per masked token, pair or predicted
+    token over the whole split: METRIC_KEYS (MLM + NSP) or, for a causal model, CAUSAL_METRIC_KEYS."""
     device = torch.device(device)
-    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-    correct = torch.zeros((), dtype=torch.long, device=device)
-    n_targets = 0
-    with evaluating(model):
-        for batch in batches:
-            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-            with autocast(device, autocast_dtype):
-                logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).logits
-            targets = batch["labels"][:, 1:]  # the token after each position
-            keep = targets != IGNORE_INDEX
-            scores, targets = logits[:, :-1][keep].float(), targets[keep]  # (N, V), (N,)
-            loss_sum += F.cross_entropy(scores, targets, reduction="sum").double()
-            correct += (scores.argmax(-1) == targets).sum()
-            n_targets += targets.numel()
-    loss = loss_sum.item() / max(n_targets, 1)
+    causal = model.config.is_decoder
+    tallies = [_Tally(device) for _ in range(1 if causal else 2)]
+    for batch in _on_device(model, batches, device):
+        with autocast(device, autocast_dtype):
+            scored = _next_words(model, batch) if causal else _masked_words_and_pairs(model, batch)
+        for tally, (scores, targets) in zip(tallies, scored, strict=True):
+            tally.add(scores, targets)
+    loss = tallies[0].mean_loss()
+    if causal:
+        return {"lm_loss": loss, "lm_accuracy": tallies[0].accuracy(), "lm_perplexity": _perplexity(loss)}
+    mlm, nsp = tallies
     return {
-        "lm_loss": loss,
-        "lm_accuracy": correct.item() / max(n_targets, 1),
-        "lm_perplexity": math.exp(min(loss, 700.0)),
+        "mlm_loss": loss,
+        "mlm_accuracy": mlm.accuracy(),
+        "mlm_perplexity": _perplexity(loss),
+        "nsp_loss": nsp.mean_loss(),
+        "nsp_accuracy": nsp.accuracy(),
     }
+
+
+Scored = list[tuple[torch.Tensor, torch.Tensor]]  # (N, C) scores and their (N,) targets, per metric
+
+
+def _masked_words_and_pairs(model: BertForPreTraining, batch: dict[str, torch.Tensor]) -> Scored:
+    """The MLM logits at the masked positions and the NSP logits, each with its targets."""
+    out = model(
+        batch["input_ids"],
+        batch["token_type_ids"],
+        batch["attention_mask"],
+        labels=batch["labels"],
+        next_sentence_label=batch["next_sentence_label"],
+    )
+    labels = batch["labels"][batch["labels"] != IGNORE_INDEX]  # same order as prediction_logits
+    return [(out.prediction_logits, labels), (out.seq_relationship_logits, batch["next_sentence_label"])]
+
+
+def _next_words(model: BertLMHeadModel, batch: dict[str, torch.Tensor]) -> Scored:
+    """The logits at every position that has a next token, with that token."""
+    logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).logits
+    targets = batch["labels"][:, 1:]  # the token after each position
+    keep = targets != IGNORE_INDEX
+    return [(logits[:, :-1][keep], targets[keep])]  # (N, V), (N,)
 
 
 def evaluate_checkpoint(
@@ -185,7 +199,7 @@ def evaluate_checkpoint(
     amp_dtype = autocast_dtype(config.get("precision", train_config.precision), dev)
     if checkpoint_kind(config) == CAUSAL_LM:
         batches = prepare_causal_eval_batches(held_out, train_config.max_seq_len, batch_size)
-        return evaluate_causal(model, batches, dev, amp_dtype)
+        return evaluate_model(model, batches, dev, amp_dtype)
     batches = prepare_eval_batches(
         held_out, train_config.max_seq_len, batch_size, model.config.vocab_size, train_config.eval_seed
     )
@@ -196,7 +210,6 @@ __all__ = [
     "CAUSAL_METRIC_KEYS",
     "EVAL_MASK_PROB",
     "METRIC_KEYS",
-    "evaluate_causal",
     "evaluate_checkpoint",
     "evaluate_model",
     "evaluating",

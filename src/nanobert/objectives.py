@@ -18,8 +18,6 @@ from tokenizers import Tokenizer
 from nanobert.checkpoint import CAUSAL_LM, PRETRAINING
 from nanobert.config import TrainConfig
 from nanobert.evaluate import (
-    evaluate_causal,
-    evaluate_model,
     prepare_causal_eval_batches,
     prepare_eval_batches,
 )
@@ -32,7 +30,7 @@ from nanobert.tokenizer import CLS_ID, MASK_ID, NUM_SPECIAL_TOKENS
 def mlm_nsp_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """This rank's part of the global batch's MLM + NSP loss (`streams.shard_batch`'s `loss_share`)."""
     share = batch.pop("loss_share")
-    out = model(**batch)
+    out = model(**batch, return_logits=False)  # the loss in chunks, without the (N, V) logits
     mlm, nsp = out.mlm_loss * share[0], out.nsp_loss * share[1]
     return {"loss": mlm + nsp, "mlm_loss": mlm, "nsp_loss": nsp}
 
@@ -40,7 +38,7 @@ def mlm_nsp_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict
 def causal_lm_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """This rank's part of the global batch's next-word loss."""
     share = batch.pop("loss_share")
-    lm = model(**batch).loss * share[0]
+    lm = model(**batch, return_logits=False).loss * share[0]
     return {"loss": lm, "lm_loss": lm}
 
 
@@ -52,13 +50,12 @@ class Objective:
     kind: str  # the checkpoint kind it writes
     model: type  # the model class
     loss: Callable
-    evaluate: Callable  # (model, held-out batches, device, autocast dtype) -> metrics
     metric: str  # the held-out metric that picks best/ (lower is better)
 
 
 OBJECTIVES = {
-    "mlm_nsp": Objective(PRETRAINING, BertForPreTraining, mlm_nsp_loss, evaluate_model, "mlm_loss"),
-    "causal": Objective(CAUSAL_LM, BertLMHeadModel, causal_lm_loss, evaluate_causal, "lm_loss"),
+    "mlm_nsp": Objective(PRETRAINING, BertForPreTraining, mlm_nsp_loss, "mlm_loss"),
+    "causal": Objective(CAUSAL_LM, BertLMHeadModel, causal_lm_loss, "lm_loss"),
 }
 
 

@@ -58,6 +58,7 @@ from nanobert.engine import (
     shape_key,
 )
 from nanobert.errors import NanobertError
+from nanobert.evaluate import evaluate_model
 from nanobert.model import BertForPreTraining, BertLMHeadModel
 from nanobert.objectives import OBJECTIVES, Objective, collator, eval_batches, sample_batch
 from nanobert.optim import build_optimizer
@@ -324,7 +325,7 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
         feeder=feeder(s.stream, device),
         data_state=s.stream.state_dict(),
         loss=objective.loss,
-        evaluate=lambda: objective.evaluate(model, s.eval_batches, device, amp_dtype),
+        evaluate=lambda: evaluate_model(model, s.eval_batches, device, amp_dtype),
         save=save,
         device=device,
         amp_dtype=amp_dtype,
