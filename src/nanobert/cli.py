@@ -36,11 +36,28 @@ def _print_json(obj) -> None:
     print(json.dumps(obj, indent=2))
 
 
-def _job_options(p, func, overwrite_help: str) -> None:
-    """--overwrite and --quiet, which every command that writes a run takes, and the command to run."""
+def _given(args, names) -> dict:
+    """The options among `names` that the command line gives (argparse leaves the others None)."""
+    return {k: v for k in names if (v := getattr(args, k, None)) is not None}
+
+
+def _run_dir(out: str | None, name: str) -> Path:
+    """Where a new run goes: --out, else runs/NAME-TIMESTAMP."""
+    return Path(out) if out else Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _command(sub, name: str, func, help: str):
+    """The parser of subcommand `name`, which runs `func(args)`. `help` is its line in `nanobert --help`; its
+    own --help opens with the docstring of `func`, or with `help` as a sentence where `func` has none."""
+    p = sub.add_parser(name, help=help, description=func.__doc__ or help[0].upper() + help[1:] + ".")
+    p.set_defaults(func=func)
+    return p
+
+
+def _job_options(p, overwrite_help: str) -> None:
+    """--overwrite and --quiet, which every command that writes a run takes."""
     p.add_argument("--overwrite", action="store_true", help=overwrite_help)
     p.add_argument("--quiet", action="store_true", help="no progress output")
-    p.set_defaults(func=func)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -48,12 +65,8 @@ def _job_options(p, func, overwrite_help: str) -> None:
 
 
 def _add_pretrain(sub) -> None:
-    p = sub.add_parser(
-        "pretrain",
-        help="train a BERT from scratch (MLM + NSP, or the causal next-word objective)",
-        description="Train a BERT from scratch with masked-LM and next-sentence prediction, or the same "
-        "stack with causal attention on next-word prediction (--objective causal).",
-    )
+    help = "train a BERT from scratch (MLM + NSP, or the causal next-word objective)"
+    p = _command(sub, "pretrain", _cmd_pretrain, help)
     p.add_argument(
         "--objective",
         choices=["mlm_nsp", "causal"],
@@ -64,8 +77,8 @@ def _add_pretrain(sub) -> None:
         help="wikitext-2-raw-v1 (default, via Hugging Face datasets), wikitext-2-v1, "
         "toy, a directory of WikiText files, or a text file",
     )
-    p.add_argument("--train", help="training text file (overrides --data)")
-    p.add_argument("--valid", help="held-out text file for evaluation")
+    p.add_argument("--train", metavar="FILE", help="training text file (overrides --data)")
+    p.add_argument("--valid", metavar="FILE", help="held-out text file for evaluation")
     p.add_argument(
         "--prepared",
         metavar="DIR",
@@ -98,18 +111,19 @@ def _add_pretrain(sub) -> None:
     p.add_argument(
         "--tokenizer", metavar="DIR", help="reuse the tokenizer saved in DIR instead of training one"
     )
-    _job_options(p, _cmd_pretrain, "replace a run already in --out")
+    _job_options(p, "replace a run already in --out")
 
 
 def _cmd_pretrain(args) -> int:
+    """Train a BERT from scratch with masked-LM and next-sentence prediction, or the same stack with causal
+    attention on next-word prediction (--objective causal)."""
     from nanobert.config import new_run_configs, parse_overrides
     from nanobert.device import resolve_device
     from nanobert.sources import DataSources
     from nanobert.train import pretrain, resume_configs
 
     model_over, train_over = parse_overrides(args.set)
-    options = ("seed", "device", "max_steps", "epochs", "time_budget", "objective")
-    train_over.update({k: v for k in options if (v := getattr(args, k)) is not None})
+    train_over.update(_given(args, ("seed", "device", "max_steps", "epochs", "time_budget", "objective")))
     named = (args.data, args.train, args.valid, args.prepared)
     note, preset = None, args.preset
     if args.resume:  # the checkpoint's own configs and data, with what the command line changes
@@ -123,13 +137,12 @@ def _cmd_pretrain(args) -> int:
         model_config, train_config, preset, note = new_run_configs(
             args.preset, sources.data, device.type, model_over, train_over
         )
-        out = Path(args.out) if args.out else Path("runs") / f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
+        out = _run_dir(args.out, preset)
     options = {k: getattr(args, k) for k in ("resume", "stop_after", "overwrite", "quiet")}
     options.update(preset=preset, tokenizer_dir=args.tokenizer, announce=note)
     summary = pretrain(model_config, train_config, sources, out, **options)
-    if summary.get("rank", 0):  # under torchrun, rank 0 alone prints the result
-        return 0
-    _print_json({"out": str(out), **{key: summary[field] for key, field in _PRETRAIN_RESULT.items()}})
+    if not summary.get("rank", 0):  # under torchrun, rank 0 alone prints the result
+        _print_json({"out": str(out), **{key: summary[field] for key, field in _PRETRAIN_RESULT.items()}})
     return 0
 
 
@@ -148,12 +161,8 @@ _PRETRAIN_RESULT = {
 
 
 def _add_prepare(sub) -> None:
-    p = sub.add_parser(
-        "prepare",
-        help="tokenize a corpus once into memory-mapped shards for `pretrain --prepared`",
-        description="Tokenize a corpus of any size once into memory-mapped token and boundary files, which "
-        "`nanobert pretrain --prepared DIR` streams with bounded memory.",
-    )
+    help = "tokenize a corpus once into memory-mapped shards for `pretrain --prepared`"
+    p = _command(sub, "prepare", _cmd_prepare, help)
     p.add_argument(
         "--data",
         required=True,
@@ -172,10 +181,12 @@ def _add_prepare(sub) -> None:
         metavar="N",
         help="train the tokenizer on the documents holding the first N words (default 10M)",
     )
-    _job_options(p, _cmd_prepare, "replace DIR if it exists")
+    _job_options(p, "replace DIR if it exists")
 
 
 def _cmd_prepare(args) -> int:
+    """Tokenize a corpus of any size once into memory-mapped token and boundary files, which `nanobert
+    pretrain --prepared DIR` streams with bounded memory."""
     from nanobert.prepare import prepare_corpus
 
     meta = prepare_corpus(
@@ -198,13 +209,13 @@ def _cmd_prepare(args) -> int:
 
 
 def _add_evaluate(sub) -> None:
-    p = sub.add_parser("evaluate", help="held-out metrics of a checkpoint (MLM + NSP, or next word), as JSON")
+    help = "held-out metrics of a checkpoint (MLM + NSP, or next word), as JSON"
+    p = _command(sub, "evaluate", _cmd_evaluate, help)
     p.add_argument("checkpoint", metavar="CKPT")
     p.add_argument("--data", help="corpus whose validation split to use (default: the one it trained with)")
-    p.add_argument("--valid", help="held-out text file")
+    p.add_argument("--valid", metavar="FILE", help="held-out text file")
     p.add_argument("--batch-size", type=_positive_int, default=64)
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    p.set_defaults(func=_cmd_evaluate)
 
 
 def _cmd_evaluate(args) -> int:
@@ -227,8 +238,7 @@ def _cmd_evaluate(args) -> int:
 
 
 def _add_presets(sub) -> None:
-    p = sub.add_parser("presets", help="list the presets and what they set")
-    p.set_defaults(func=_cmd_presets)
+    _command(sub, "presets", _cmd_presets, "list the presets and what they set")
 
 
 def _cmd_presets(args) -> int:
@@ -248,13 +258,8 @@ _COLUMN_HELP = "a column name, or a 0-based index for a headerless file (every r
 
 
 def _add_finetune(sub) -> None:
-    p = sub.add_parser(
-        "finetune",
-        help="fine-tune a pretrained checkpoint on a labelled CSV/TSV/JSONL file, or on SQuAD (--task qa)",
-        description="Fine-tune the encoder of a pretraining checkpoint for sentence or sentence-pair "
-        "classification (or regression), or for extractive question answering on SQuAD JSON files "
-        "(--task qa); the epoch with the best dev metric is kept in OUT/best.",
-    )
+    help = "fine-tune a pretrained checkpoint on a labelled CSV/TSV/JSONL file, or on SQuAD (--task qa)"
+    p = _command(sub, "finetune", _cmd_finetune, help)
     p.add_argument("checkpoint", metavar="CKPT", help="a pretraining checkpoint, e.g. RUN/best")
     p.add_argument(
         "--train", required=True, metavar="FILE", help="labelled training file (.csv/.tsv/.jsonl/.json)"
@@ -309,28 +314,17 @@ def _add_finetune(sub) -> None:
         action="store_true",
         help="random initialisation instead of the checkpoint's weights (same shape, tokenizer, budget)",
     )
-    _job_options(p, _cmd_finetune, "replace a run already in --out")
+    _job_options(p, "replace a run already in --out")
 
 
-_FINETUNE_OPTIONS = (
-    "epochs",
-    "batch_size",
-    "learning_rate",
-    "warmup_ratio",
-    "weight_decay",
-    "layer_lr_decay",
-)
-_FINETUNE_OPTIONS += ("max_seq_len", "seed", "device", "precision", "metric")
-_QA_OPTIONS = (
-    "doc_stride",
-    "max_query_length",
-    "max_answer_length",
-    "null_score_threshold",
-    "max_train_examples",
-)
+# What `nanobert finetune` prints of the summary, besides the output directory.
+_FINETUNE_RESULT = ("init", "best_epoch", "dev", "test", "train_time_s")
 
 
 def _cmd_finetune(args) -> int:
+    """Fine-tune the encoder of a pretraining checkpoint for sentence or sentence-pair classification (or
+    regression), or for extractive question answering on SQuAD JSON files (--task qa); the epoch with the best
+    dev metric is kept in OUT/best."""
     from nanobert.finetune import FinetuneConfig, TaskSpec, finetune
     from nanobert.tabular import parse_column
 
@@ -346,31 +340,32 @@ def _cmd_finetune(args) -> int:
         format=args.format,
         encoding=args.encoding,
     )
-    cfg = FinetuneConfig(**{n: getattr(args, n) for n in _FINETUNE_OPTIONS if getattr(args, n) is not None})
-    out = _finetune_out(args)
+    cfg, out = _finetune_config(FinetuneConfig, args), _finetune_out(args)
     options = {k: getattr(args, k) for k in ("from_scratch", "overwrite", "quiet")}
     summary = finetune(args.checkpoint, spec, args.train, args.dev, out, cfg, test_file=args.test, **options)
-    keys = ("init", "best_epoch", "dev", "test", "train_time_s")
-    _print_json({"out": str(out), **{k: summary[k] for k in keys}})
+    _print_json({"out": str(out), **{k: summary[k] for k in _FINETUNE_RESULT}})
     return 0
 
 
+def _finetune_config(config_class, args):
+    """A FinetuneConfig (or QAConfig): each flag given sets the field of its name, the rest keep defaults."""
+    from dataclasses import fields
+
+    return config_class(**_given(args, [f.name for f in fields(config_class)]))
+
+
 def _finetune_out(args) -> Path:
-    init = "scratch" if args.from_scratch else "pretrained"
-    return Path(args.out) if args.out else Path("runs") / f"finetune-{init}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return _run_dir(args.out, "finetune-scratch" if args.from_scratch else "finetune-pretrained")
 
 
 def _cmd_finetune_qa(args) -> int:
     from nanobert.config import QAConfig
     from nanobert.qa import finetune_qa
 
-    names = _FINETUNE_OPTIONS + _QA_OPTIONS
-    cfg = QAConfig(**{n: getattr(args, n) for n in names if getattr(args, n) is not None})
-    out = _finetune_out(args)
+    cfg, out = _finetune_config(QAConfig, args), _finetune_out(args)
     options = {k: getattr(args, k) for k in ("from_scratch", "overwrite", "quiet")}
     summary = finetune_qa(args.checkpoint, args.train, args.dev, out, cfg, test_file=args.test, **options)
-    keys = ("init", "best_epoch", "dev", "test", "train_time_s")
-    _print_json({"out": str(out), **{k: summary[k] for k in keys}})
+    _print_json({"out": str(out), **{k: summary[k] for k in _FINETUNE_RESULT}})
     return 0
 
 
@@ -379,13 +374,8 @@ def _cmd_finetune_qa(args) -> int:
 
 
 def _add_predict(sub) -> None:
-    p = sub.add_parser(
-        "predict",
-        help="label a CSV/TSV/JSONL file with a fine-tuned model, or answer a SQuAD file's questions",
-        description="Add the predicted label and class probabilities (or the score) to every row of a "
-        "file, written in the input's format; with a question-answering model, write the official "
-        "{question id: answer} JSON of a SQuAD file's questions (with EM/F1 when it has answers).",
-    )
+    help = "label a CSV/TSV/JSONL file with a fine-tuned model, or answer a SQuAD file's questions"
+    p = _command(sub, "predict", _cmd_predict, help)
     p.add_argument("model", metavar="FT_DIR", help="a fine-tuned checkpoint (RUN/best) or its run directory")
     p.add_argument("--input", required=True, metavar="FILE")
     p.add_argument("--out", metavar="FILE", help="where to write the labelled rows (default: stdout)")
@@ -398,7 +388,6 @@ def _add_predict(sub) -> None:
     )
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--null-score-threshold", type=float, help=_THRESHOLD_HELP)
-    p.set_defaults(func=_cmd_predict)
 
 
 _THRESHOLD_HELP = 'a SQuAD 2.0 qa model: answer "" when [CLS] beats the best span by more (default: its own)'
@@ -406,6 +395,9 @@ _TABLE_OPTIONS = ("format", "encoding", "text_col", "text_pair_col")  # what a q
 
 
 def _cmd_predict(args) -> int:
+    """Add the predicted label and class probabilities (or the score) to every row of a file, written in the
+    input's format; with a question-answering model, write the official {question id: answer} JSON of a SQuAD
+    file's questions (with EM/F1 when it has answers)."""
     from nanobert.checkpoint import QUESTION_ANSWERING, checkpoint_kind, read_config
     from nanobert.finetune import predict
     from nanobert.tabular import parse_column
@@ -450,7 +442,7 @@ def _cmd_predict_qa(args) -> int:
 
 
 def _add_answer(sub) -> None:
-    p = _command(
+    p = _checkpoint_command(
         sub, "answer", _cmd_answer, "answer a question about a text with a QA model (finetune --task qa)"
     )
     p.add_argument("--question", required=True)
@@ -477,16 +469,12 @@ def _cmd_answer(args) -> int:
 # use and inspect a pretrained checkpoint: fill-mask, nsp, similarity, embed, attention, explain
 
 
-def _command(
-    sub, name: str, func, help: str, checkpoint: bool = True, json_help: str = "print the result as JSON"
-):
-    """A subcommand parser with the arguments every inference command shares: CKPT, --device, --json."""
-    p = sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
-    if checkpoint:
-        p.add_argument("checkpoint", metavar="CKPT", help="a checkpoint directory, e.g. RUN/best")
-        p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+def _checkpoint_command(sub, name: str, func, help: str, json_help: str = "print the result as JSON"):
+    """A command's parser with the arguments every inference command shares: CKPT, --device, --json."""
+    p = _command(sub, name, func, help)
+    p.add_argument("checkpoint", metavar="CKPT", help="a checkpoint directory, e.g. RUN/best")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--json", action="store_true", help=json_help)
-    p.set_defaults(func=func)
     return p
 
 
@@ -506,7 +494,9 @@ def _load_for_inference(args):
 
 
 def _add_fill_mask(sub) -> None:
-    p = _command(sub, "fill-mask", _cmd_fill_mask, "the most probable word pieces at each [MASK] in a text")
+    p = _checkpoint_command(
+        sub, "fill-mask", _cmd_fill_mask, "the most probable word pieces at each [MASK] in a text"
+    )
     p.add_argument("text", help='a text with one or more [MASK], e.g. "the cat sat on the [MASK] ."')
     p.add_argument("--top-k", type=int, default=5, help="candidates per [MASK] (default 5)")
 
@@ -526,7 +516,7 @@ def _cmd_fill_mask(args) -> int:
 
 
 def _add_nsp(sub) -> None:
-    p = _command(sub, "nsp", _cmd_nsp, "the probability that sentence B follows sentence A")
+    p = _checkpoint_command(sub, "nsp", _cmd_nsp, "the probability that sentence B follows sentence A")
     p.add_argument("text_a", metavar="A")
     p.add_argument("text_b", metavar="B")
 
@@ -538,7 +528,7 @@ def _cmd_nsp(args) -> int:
 
 
 def _add_generate(sub) -> None:
-    p = _command(
+    p = _checkpoint_command(
         sub, "generate", _cmd_generate, "continue a text with a causal checkpoint (--objective causal)"
     )
     p.add_argument("prompt", help='the start of the text, e.g. "the cat sat on"')
@@ -559,7 +549,9 @@ def _cmd_generate(args) -> int:
 
 
 def _add_similarity(sub) -> None:
-    p = _command(sub, "similarity", _cmd_similarity, "cosine similarity of two texts' mean-pooled embeddings")
+    p = _checkpoint_command(
+        sub, "similarity", _cmd_similarity, "cosine similarity of two texts' mean-pooled embeddings"
+    )
     p.add_argument("text_a", metavar="A")
     p.add_argument("text_b", metavar="B")
 
@@ -570,7 +562,9 @@ def _cmd_similarity(args) -> int:
 
 
 def _add_embed(sub) -> None:
-    p = _command(sub, "embed", _cmd_embed, "one mean-pooled embedding per line of a text file, saved as .npy")
+    p = _checkpoint_command(
+        sub, "embed", _cmd_embed, "one mean-pooled embedding per line of a text file, saved as .npy"
+    )
     p.add_argument("--input", required=True, metavar="FILE", help="UTF-8 text, one text per line")
     p.add_argument("--out", required=True, metavar="FILE.npy", help="where to np.save the (lines, H) matrix")
     p.add_argument("--batch-size", type=_positive_int, default=64)
@@ -586,14 +580,8 @@ def _cmd_embed(args) -> int:
 
 def _add_attention(sub) -> None:
     json_help = "print what was drawn as JSON, with the attention probabilities"
-    p = _command(
-        sub,
-        "attention",
-        _cmd_attention,
-        "draw attention maps (tokens on both axes) as a PNG",
-        True,
-        json_help,
-    )
+    help = "draw attention maps (tokens on both axes) as a PNG"
+    p = _checkpoint_command(sub, "attention", _cmd_attention, help, json_help)
     p.add_argument("text")
     p.add_argument("--pair", metavar="B", help="a second sentence, encoded as [CLS] A [SEP] B [SEP]")
     p.add_argument("--layer", type=int, help="one layer, counted from 0 (default: every layer)")
@@ -615,7 +603,9 @@ def _cmd_attention(args) -> int:
 
 
 def _add_explain(sub) -> None:
-    p = _command(sub, "explain", _cmd_explain, "a step-by-step trace of one forward pass, for learners")
+    p = _checkpoint_command(
+        sub, "explain", _cmd_explain, "a step-by-step trace of one forward pass, for learners"
+    )
     p.add_argument("text_a", metavar="A")
     p.add_argument("text_b", metavar="B", nargs="?", help="optional second sentence")
     p.add_argument("--top-k", type=int, default=5, help="predictions shown at each [MASK]")
@@ -638,7 +628,8 @@ def _cmd_explain(args) -> int:
 
 def _add_export_hf(sub) -> None:
     help = "write a checkpoint as a transformers BertForPreTraining (or, causal, BertLMHeadModel) directory"
-    p = _command(sub, "export-hf", _cmd_export_hf, help, checkpoint=False)
+    p = _command(sub, "export-hf", _cmd_export_hf, help)
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("checkpoint", metavar="CKPT")
     p.add_argument("out", metavar="OUT")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it is not empty")
@@ -657,7 +648,8 @@ def _cmd_export_hf(args) -> int:
 
 def _add_import_hf(sub) -> None:
     help = "convert a transformers BERT directory into a nanobert checkpoint"
-    p = _command(sub, "import-hf", _cmd_import_hf, help, checkpoint=False)
+    p = _command(sub, "import-hf", _cmd_import_hf, help)
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument(
         "hf_dir", metavar="DIR", help="BertForPreTraining or BertModel weights with their tokenizer"
     )
@@ -693,20 +685,17 @@ def _cmd_import_hf(args) -> int:
 
 
 def _add_serve(sub) -> None:
-    p = sub.add_parser(
-        "serve",
-        help="a local page to play with a checkpoint and watch a run",
-        description="Serve a page for a checkpoint (fill-mask, NSP, attention, explain, generate, labels) or "
-        "a run directory (its curves, refreshed while it trains). Ctrl-C stops it.",
-    )
+    help = "a local page to play with a checkpoint and watch a run"
+    p = _command(sub, "serve", _cmd_serve, help)
     p.add_argument("path", metavar="PATH", help="a checkpoint (RUN/best) or a run directory (RUN)")
     p.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine only)")
     p.add_argument("--port", type=int, default=8000, help="default 8000; 0 picks a free port")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu")
-    p.set_defaults(func=_cmd_serve)
 
 
 def _cmd_serve(args) -> int:
+    """Serve a page for a checkpoint (fill-mask, NSP, attention, explain, generate, labels) or a run directory
+    (its curves, refreshed while it trains). Ctrl-C stops it."""
     from nanobert.serve import serve
 
     serve(args.path, host=args.host, port=args.port, device=args.device)

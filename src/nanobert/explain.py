@@ -134,15 +134,6 @@ def explain(
         x = bert.final_layer_norm(x)
         final_ln = _view("final LayerNorm", x, preview, "pre-LN models normalise the stream once at the end")
     # 3. the heads. BERT: [CLS] -> pooler -> NSP, and the MLM head at each [MASK]. Causal: the next word.
-    causal = cfg.is_decoder
-    if causal:
-        cls_vector = pooled = nsp = None
-    else:
-        pooled = torch.tanh(bert.pooler(x[:, 0]))  # (1, H)
-        nsp = model.model.nsp_head(pooled)[0].float().softmax(-1).tolist()
-        nsp = {"IsNext": round(nsp[0], DIGITS + 2), "NotNext": round(nsp[1], DIGITS + 2)}
-        cls_vector = _view("[CLS] vector", x[:, 0], preview)
-        pooled = _view("pooled [CLS]", pooled, preview, "tanh(dense([CLS])): what the NSP head reads")
     return Trace(
         model={
             "layers": cfg.num_hidden_layers,
@@ -152,7 +143,7 @@ def explain(
             "intermediate_size": cfg.intermediate_size,
             "vocab_size": cfg.vocab_size,
             "layer_norm": "pre-LN" if cfg.pre_layer_norm else "post-LN",
-            "attention": "causal" if causal else "bidirectional",
+            "attention": "causal" if cfg.is_decoder else "bidirectional",
         },
         tokens=model.tokens(enc["input_ids"]),
         input_ids=enc["input_ids"],
@@ -160,12 +151,34 @@ def explain(
         embeddings=embeddings,
         layers=layers,
         final_layer_norm=final_ln,
-        cls_vector=cls_vector,
-        pooled=pooled,
-        next_sentence=nsp,
-        masked=[] if causal else _masked(model, x, enc["input_ids"], top_k),
-        next_tokens=_next_tokens(model, x, enc["input_ids"], top_k) if causal else [],
+        **_heads(model, x, enc["input_ids"], top_k, preview),
     )
+
+
+def _heads(
+    model: Explainable, x: torch.Tensor, input_ids: list[int], top_k: int, preview: int
+) -> dict[str, Any]:
+    """The Trace's fields from the heads, given the last hidden states x (1, T, H): for BERT the [CLS] vector,
+    the pooled [CLS], the next-sentence probabilities and the top predictions at each [MASK]; for a causal
+    model the next-token guesses at every position (and None or [] for the rest)."""
+    if model.model.config.is_decoder:
+        next_tokens = _next_tokens(model, x, input_ids, top_k)
+        return {
+            "cls_vector": None,
+            "pooled": None,
+            "next_sentence": None,
+            "masked": [],
+            "next_tokens": next_tokens,
+        }
+    pooled = torch.tanh(model.model.bert.pooler(x[:, 0]))  # (1, H)
+    nsp = model.model.nsp_head(pooled)[0].float().softmax(-1).tolist()
+    return {
+        "cls_vector": _view("[CLS] vector", x[:, 0], preview),
+        "pooled": _view("pooled [CLS]", pooled, preview, "tanh(dense([CLS])): what the NSP head reads"),
+        "next_sentence": {"IsNext": round(nsp[0], DIGITS + 2), "NotNext": round(nsp[1], DIGITS + 2)},
+        "masked": _masked(model, x, input_ids, top_k),
+        "next_tokens": [],
+    }
 
 
 def _embeddings(

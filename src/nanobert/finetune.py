@@ -17,7 +17,6 @@ columns), `metrics.jsonl` (train logs and one dev record per epoch) and `summary
 from __future__ import annotations
 
 import dataclasses
-import random
 import time
 from pathlib import Path
 from typing import Any
@@ -48,10 +47,10 @@ from nanobert.finetune_data import (
 )
 from nanobert.metrics import compute_metrics
 from nanobert.model import BertForPreTraining, BertForSequenceClassification
-from nanobert.run_log import RunLog, prepare_out_dir, write_summary
+from nanobert.run_log import RunLog, write_summary
 from nanobert.tabular import Column, detect_format, read_table, write_table
 from nanobert.tokenizer import encode_pairs, load_tokenizer
-from nanobert.tuning import epoch_job, with_encoder
+from nanobert.tuning import epoch_job, record_test, start_run, with_encoder
 
 METRICS = {"classification": ("accuracy", "macro_f1", "mcc"), "regression": ("pearson", "spearman")}
 
@@ -129,11 +128,7 @@ def finetune(
             f"max_seq_len {cfg.max_seq_len} exceeds the model's {model.config.max_position_embeddings} "
             "positions; lower --max-seq-len"
         )
-    device = resolve_device(cfg.device)
-    model.to(device)
-    prepare_out_dir(out_dir, overwrite, resumable=False)
-    random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)  # dropout
+    device = start_run(model, cfg, out_dir, overwrite)
     extra = _checkpoint_extra(spec, labels, splits["train"], cfg, checkpoint, from_scratch)
     # the loop: epochs of shuffled batches, a dev evaluation after each, the best one saved
     job, plan, run, log = _job(model, tokenizer, splits, spec.task, metric, cfg, out_dir, extra, quiet)
@@ -144,8 +139,7 @@ def finetune(
         model.load_state_dict(load_state_dict(out_dir / "best"))
         outputs = model_outputs(model, splits["test"].data, device, job.amp_dtype, cfg.eval_batch_size)
         test_metrics = compute_metrics(spec.task, outputs, splits["test"].data.labels)
-        log.record({"split": "test", "step": run.step, "epoch": best["epoch"], **test_metrics})
-        log.say("test (best epoch): " + "  ".join(f"{k} {v:.4f}" for k, v in test_metrics.items()))
+        record_test(log, run, test_metrics, digits=4)
     summary = {
         "out": str(out_dir),
         "checkpoint": str(checkpoint),

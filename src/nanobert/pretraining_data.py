@@ -30,6 +30,7 @@ from nanobert.tokenizer import CLS_ID, MASK_ID, NUM_SPECIAL_TOKENS, PAD_ID, SEP_
 __all__ = [
     "IGNORE_INDEX",
     "CausalCollator",
+    "Documents",
     "Instance",
     "MaskingCollator",
     "batches",
@@ -45,6 +46,9 @@ __all__ = [
 ]
 
 NOT_NEXT, IS_NEXT = 1, 0  # Hugging Face convention: label 0 means B really follows A
+
+# A tokenized corpus: `documents[d][s]` is the list of token ids (no specials) of sentence s of document d.
+Documents = list[list[list[int]]]
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,7 @@ def _truncated_bounds(len_a: int, len_b: int, max_num_tokens: int, rng: random.R
 
 
 def _instances_from_document(
-    docs: list[list[list[int]]],
+    docs: Documents,
     doc_index: int,
     max_num_tokens: int,
     short_seq_prob: float,
@@ -145,7 +149,7 @@ def _instances_from_document(
     return instances
 
 
-def nsp_documents(documents: list[list[list[int]]]) -> list[list[list[int]]]:
+def nsp_documents(documents: Documents) -> Documents:
     """The non-empty documents with their non-empty sentences; NanobertError if fewer than two (NotNext
     needs another document). Filtering copies references only, never token lists."""
     docs = [d for d in ([s for s in doc if s] for doc in documents) if d]
@@ -158,7 +162,7 @@ def nsp_documents(documents: list[list[list[int]]]) -> list[list[list[int]]]:
 
 
 def create_instances(
-    documents: list[list[list[int]]],
+    documents: Documents,
     max_seq_len: int,
     seed: int,
     epoch: int = 0,
@@ -440,7 +444,7 @@ def word_start_table(tokenizer: Any, vocab_size: int) -> torch.Tensor:
 
 
 def causal_windows(
-    documents: list[list[list[int]]],
+    documents: Documents,
     seq_len: int,
     seed: int,
     epoch: int = 0,
@@ -472,7 +476,7 @@ def causal_windows(
     return windows
 
 
-def causal_stream_tokens(documents: list[list[list[int]]]) -> int:
+def causal_stream_tokens(documents: Documents) -> int:
     """Tokens in the stream `causal_windows` cuts: every sentence's, plus one [SEP] per document."""
     return sum(len(sentence) for doc in documents for sentence in doc) + len(documents)
 
@@ -490,7 +494,7 @@ def require_causal_window(stream_tokens: int, seq_len: int) -> None:
 
 
 def causal_batches(
-    documents: list[list[list[int]]], seq_len: int, batch_size: int, seed: int, epoch: int
+    documents: Documents, seq_len: int, batch_size: int, seed: int, epoch: int
 ) -> list[list[list[int]]]:
     """One epoch of shuffled training windows (`causal_windows`), `batch_size` to a batch."""
     windows = causal_windows(documents, seq_len, seed, epoch)

@@ -34,9 +34,9 @@ from nanobert.finetune_data import Encoded, length_sorted_batches
 from nanobert.metrics import squad_scores
 from nanobert.model import BertForQuestionAnswering
 from nanobert.qa_data import Answer, QAExample, QAFeatures, best_answers, featurize, read_squad
-from nanobert.run_log import prepare_out_dir, write_summary
+from nanobert.run_log import write_summary
 from nanobert.tokenizer import load_tokenizer
-from nanobert.tuning import epoch_job, with_encoder
+from nanobert.tuning import epoch_job, record_test, start_run, with_encoder
 
 
 class QAModel:
@@ -168,11 +168,7 @@ def finetune_qa(
     splits, features = _qa_data(files, tokenizer, cfg, pretrained.config.max_position_embeddings)
     head = lambda: BertForQuestionAnswering(pretrained.config)  # noqa: E731
     model = with_encoder(pretrained, head, from_scratch, cfg.seed)
-    device = resolve_device(cfg.device)
-    model.to(device)
-    prepare_out_dir(out_dir, overwrite, resumable=False)
-    random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)  # dropout
+    device = start_run(model, cfg, out_dir, overwrite)
     extra = {
         "task": "qa",
         "version_2_with_negative": is_version_2(splits["train"]) or is_version_2(splits["dev"]),
@@ -201,8 +197,7 @@ def finetune_qa(
     best, test_metrics = run.best(), None
     if splits["test"] is not None:
         test_metrics = qa.score(splits["test"])
-        log.record({"split": "test", "step": run.step, "epoch": best["epoch"], **test_metrics})
-        log.say("test (best epoch): " + "  ".join(f"{k} {v:.2f}" for k, v in test_metrics.items()))
+        record_test(log, run, test_metrics, digits=2)
     summary = {
         "out": str(out_dir),
         "checkpoint": str(checkpoint),

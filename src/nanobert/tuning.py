@@ -1,6 +1,7 @@
 """What every fine-tuning job shares: an encoder taken from a pretraining checkpoint (or its from-scratch
-control), and the loop's setup for epochs of shuffled examples with a dev evaluation after each epoch and the
-best epoch saved as best/.
+control), the start of the run (device, output directory, seeds), the loop's setup for epochs of shuffled
+examples with a dev evaluation after each epoch and the best epoch saved as best/, and the record of the best
+epoch's test scores.
 
 `finetune.py` (classification and regression) and `qa.py` (extractive question answering) differ only in
 their head, their data, their loss and their dev metric; they hand those to `epoch_job` and run the loop
@@ -9,6 +10,7 @@ every job runs (`engine.fit`).
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,12 +20,12 @@ import torch
 
 from nanobert.checkpoint import save_checkpoint
 from nanobert.config import FinetuneConfig
-from nanobert.device import choose_precision
+from nanobert.device import choose_precision, resolve_device
 from nanobert.engine import Job, Plan, RunState, precision_step, shape_key
 from nanobert.finetune_data import Encoded, ExampleStream, collate
 from nanobert.model import BertForPreTraining
 from nanobert.optim import build_optimizer
-from nanobert.run_log import RunLog
+from nanobert.run_log import RunLog, prepare_out_dir
 
 
 def with_encoder(
@@ -42,6 +44,24 @@ def with_encoder(
             state = {k: v for k, v in state.items() if not k.startswith("pooler.")}
         model.bert.load_state_dict(state)  # the MLM/NSP heads are not carried over
     return model
+
+
+def start_run(model: torch.nn.Module, cfg: FinetuneConfig, out_dir: Path, overwrite: bool) -> torch.device:
+    """The last of a job's setup: `model` moved to `cfg.device` (returned), `out_dir` claimed for a fresh run,
+    Python and torch seeded from `cfg.seed` (dropout). Called once the checkpoint and data have loaded, so
+    that every error in them comes before the output directory is touched."""
+    device = resolve_device(cfg.device)
+    model.to(device)
+    prepare_out_dir(out_dir, overwrite, resumable=False)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)  # dropout
+    return device
+
+
+def record_test(log: RunLog, run: RunState, metrics: dict[str, float], digits: int) -> None:
+    """The best epoch's scores on the test file: a metrics.jsonl record and a line of `digits` decimals."""
+    log.record({"split": "test", "step": run.step, "epoch": run.best()["epoch"], **metrics})
+    log.say("test (best epoch): " + "  ".join(f"{k} {v:.{digits}f}" for k, v in metrics.items()))
 
 
 def epoch_job(
@@ -114,4 +134,4 @@ def epoch_job(
     return job, plan, run, log
 
 
-__all__ = ["epoch_job", "with_encoder"]
+__all__ = ["epoch_job", "record_test", "start_run", "with_encoder"]

@@ -342,10 +342,12 @@ async function watchInfo() {  // while only the run is shown: look for its first
 
 async function start() {
   for (const form of document.querySelectorAll("form[data-route]")) {
+    const route = form.dataset.route;
+    // each form's panel ends with its error line and its result box, ROUTE-error and ROUTE-result
+    form.closest(".panel").append(el("div", { class: "error", id: route + "-error" }), el("div", { id: route + "-result" }));
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
-      const route = form.dataset.route;
-      const box = $(route + "-result") || $(route.split("-")[0] + "-result");
+      const box = $(route + "-result");
       $(route + "-error").textContent = "";
       try {
         const data = await api(route, formBody(form));
