@@ -288,7 +288,7 @@ def _add_finetune(sub) -> None:
     )
     p.add_argument("--epochs", type=int, help="default 3 (qa: 2)")
     p.add_argument("--batch-size", type=_positive_int, help="default 32")
-    p.add_argument("--learning-rate", type=float, help="peak AdamW learning rate, default 1e-4")
+    p.add_argument("--learning-rate", type=float, help="peak AdamW learning rate, default 3e-4")
     p.add_argument("--warmup-ratio", type=float, help="share of steps warming up linearly, default 0.1")
     p.add_argument("--weight-decay", type=float, help="default 0.01")
     p.add_argument(
