@@ -167,3 +167,18 @@ def test_a_time_budget_ends_the_run_and_drives_the_schedule(tmp_path):
     lrs = [r["lr"] for r in records if r["split"] == "train"]
     assert lrs == sorted(lrs, reverse=True) and math.isclose(lrs[0], 0.1, rel_tol=0.2)
     assert json.dumps(outcome.final)  # evaluated once at the end
+
+
+def test_a_resumed_run_keeps_its_best_by_the_metric_it_now_selects_with():
+    """Checkpoints of earlier versions chose best/ by held-out loss; the history has every metric, so the
+    best by the job's metric (held-out accuracy now) is found again when the run resumes."""
+    run = RunState(step=30, best_value=6.1, best_step=10, history=[])
+    run.history = [
+        {"step": 10, "mlm_loss": 6.1, "mlm_accuracy": 0.15},
+        {"step": 20, "mlm_loss": 6.2, "mlm_accuracy": 0.17},
+        {"step": 30, "mlm_loss": 6.3, "mlm_accuracy": 0.16},
+    ]
+    run.choose_best("mlm_accuracy", higher_is_better=True)
+    assert (run.best_value, run.best_step, run.evals_since_best) == (0.17, 20, 1)
+    run.choose_best("mlm_loss", higher_is_better=False)
+    assert (run.best_value, run.best_step, run.evals_since_best) == (6.1, 10, 2)

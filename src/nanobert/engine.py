@@ -63,6 +63,17 @@ class RunState:
     def best(self) -> dict | None:
         return next((h for h in self.history if h["step"] == self.best_step), None)
 
+    def choose_best(self, metric: str, higher_is_better: bool) -> None:
+        """best_value, best_step and evals_since_best from the history by `metric`, so that a resumed run
+        keeps its best by the metric this version selects with (earlier versions used the loss)."""
+        scored = [h for h in self.history if isinstance(h.get(metric), int | float)]
+        if not scored:
+            return
+        pick = max if higher_is_better else min
+        best = pick(scored, key=lambda h: h[metric])  # the first of equals, as the loop keeps it
+        self.best_value, self.best_step = best[metric], best["step"]
+        self.evals_since_best = sum(h["step"] > best["step"] for h in self.history)
+
 
 @dataclass
 class Plan:
@@ -105,8 +116,8 @@ class Job:
     device: torch.device
     amp_dtype: torch.dtype | None = None
     ctx: Distributed = field(default_factory=Distributed)
-    metric: str = "mlm_loss"
-    higher_is_better: bool = False
+    metric: str = "mlm_accuracy"
+    higher_is_better: bool = True
     eval_split: str = "valid"  # the `split` of evaluation records in metrics.jsonl
     divergence_hint: str = "lower learning_rate (--set learning_rate=...) and resume or restart"
     saved: tuple[Path, int] | None = None  # the last good checkpoint, named when training diverges
@@ -150,6 +161,7 @@ class SignalRecorder:
 def fit(job: Job, plan: Plan, run: RunState, log: RunLog) -> Outcome:
     """Train until the plan, --stop-after, a signal or early stopping ends the run; then finish it: a final
     evaluation if the last step had none, and a resumable last/ (saved at once after a signal)."""
+    run.choose_best(job.metric, job.higher_is_better)
     loop = _Loop(job, plan, run, log)
     job.model.train()  # a resumed model was loaded in eval mode: dropout back on
     # From here to the end of the run, SIGINT / SIGTERM are only recorded: they end the run at the next step

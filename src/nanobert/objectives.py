@@ -50,12 +50,13 @@ class Objective:
     kind: str  # the checkpoint kind it writes
     model: type  # the model class
     loss: Callable
-    metric: str  # the held-out metric that picks best/ (lower is better)
+    metric: str  # the held-out metric that picks best/
+    higher_is_better: bool
 
 
 OBJECTIVES = {
-    "mlm_nsp": Objective(PRETRAINING, BertForPreTraining, mlm_nsp_loss, "mlm_loss"),
-    "causal": Objective(CAUSAL_LM, BertLMHeadModel, causal_lm_loss, "lm_loss"),
+    "mlm_nsp": Objective(PRETRAINING, BertForPreTraining, mlm_nsp_loss, "mlm_accuracy", True),
+    "causal": Objective(CAUSAL_LM, BertLMHeadModel, causal_lm_loss, "lm_loss", False),
 }
 
 

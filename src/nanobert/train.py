@@ -331,6 +331,7 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
         amp_dtype=amp_dtype,
         ctx=s.ctx,
         metric=objective.metric,
+        higher_is_better=objective.higher_is_better,
         saved=(s.resume, run.step) if s.resume is not None else None,
     )
     log = RunLog(s.out_dir, plan.total_steps, run.step, quiet, write=s.ctx.is_main)
