@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         help="learning-rate factor per encoder layer going down (1 = one learning rate)",
     )
     p.add_argument("--max-seq-len", type=int, default=128)
+    p.add_argument("--dropout", type=float, default=FinetuneConfig.dropout, help="hidden and attention")
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--device", default="auto")
     p.add_argument(
@@ -113,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                     batch_size=args.batch_size,
                     learning_rate=lr,
                     layer_lr_decay=args.layer_lr_decay,
+                    dropout=args.dropout,
                     max_seq_len=args.max_seq_len,
                     seed=args.seed,
                     device=args.device,
@@ -153,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         "epochs": args.epochs,
         "batch_size": args.batch_size,
         "layer_lr_decay": args.layer_lr_decay,
+        "dropout": args.dropout,
         "max_seq_len": args.max_seq_len,
         "seed": args.seed,
         "limit": args.limit,

@@ -199,6 +199,20 @@ def test_from_scratch_keeps_only_the_shape(pretrained):
     assert torch.equal(warm.classifier.weight, cold.classifier.weight)  # the same head init
 
 
+def test_fine_tuning_uses_its_own_dropout(pretrained):
+    """The CPU recipe pretrains without dropout; fine-tuning puts its own back (0.1 by default)."""
+    import dataclasses
+
+    pre, _ = load_pretraining_checkpoint(pretrained)
+    pre.config = dataclasses.replace(pre.config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    for dropout in (0.1, 0.25):
+        model = build_classifier(pre, 2, "classification", False, seed=0, dropout=dropout)
+        assert model.config.hidden_dropout_prob == model.config.attention_probs_dropout_prob == dropout
+        assert model.dropout.p == dropout and model.bert.layers[0].dropout.p == dropout
+        assert model.bert.layers[0].attention.attn_dropout == dropout
+    assert pre.config.hidden_dropout_prob == 0.0  # the pretrained model is left as it was
+
+
 def test_layer_lr_decay_reaches_the_optimizer(pretrained, task, tmp_path):
     """`--layer-lr-decay 0.1`: the pooler still trains at the full rate, the embeddings at 0.1**3 of it."""
     pre, _ = load_pretraining_checkpoint(pretrained)

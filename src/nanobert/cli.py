@@ -292,6 +292,9 @@ def _add_finetune(sub) -> None:
     p.add_argument("--warmup-ratio", type=float, help="share of steps warming up linearly, default 0.1")
     p.add_argument("--weight-decay", type=float, help="default 0.01")
     p.add_argument(
+        "--dropout", type=float, help="hidden and attention dropout while fine-tuning, default 0.1"
+    )
+    p.add_argument(
         "--layer-lr-decay",
         type=float,
         help="learning-rate factor per encoder layer going down, embeddings last; default 1 (one rate)",

@@ -196,6 +196,9 @@ class FinetuneConfig:
     # learning_rate, each encoder layer below at `layer_lr_decay` times the one above, the embeddings last.
     # Below 1 it keeps more of what pretraining put in the lower layers; 1.0 = one learning rate.
     layer_lr_decay: float = 1.0
+    # Hidden and attention dropout while fine-tuning, whatever the pretraining used (the CPU recipe pretrains
+    # without it): BERT's 0.1.
+    dropout: float = 0.1
     adam_eps: float = 1e-6  # BERT's value
     grad_clip: float = 1.0
     max_seq_len: int = 128  # tokens including [CLS]/[SEP]; longer inputs lose tokens from the longer side
@@ -214,6 +217,7 @@ class FinetuneConfig:
             [
                 ("weight_decay", self.weight_decay >= 0, "non-negative"),
                 ("layer_lr_decay", 0.0 < self.layer_lr_decay <= 1.0, "in (0, 1]"),
+                ("dropout", 0.0 <= self.dropout < 1.0, "in [0, 1)"),
                 ("max_seq_len", self.max_seq_len >= 3, "at least 3 ([CLS], a token, [SEP])"),
             ],
         )

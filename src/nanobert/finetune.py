@@ -60,12 +60,18 @@ METRICS = {"classification": ("accuracy", "macro_f1", "mcc"), "regression": ("pe
 
 
 def build_classifier(
-    pretrained: BertForPreTraining, num_labels: int, task: str, from_scratch: bool, seed: int
+    pretrained: BertForPreTraining,
+    num_labels: int,
+    task: str,
+    from_scratch: bool,
+    seed: int,
+    dropout: float = FinetuneConfig.dropout,
 ) -> BertForSequenceClassification:
     """A BertForSequenceClassification shaped like `pretrained`, holding its encoder unless `from_scratch`
-    (the pooler too; the head is seeded the same way either way: `tuning.with_encoder`)."""
-    head = lambda: BertForSequenceClassification(pretrained.config, num_labels, task)  # noqa: E731
-    return with_encoder(pretrained, head, from_scratch, seed)
+    (the pooler too; the head is seeded the same way either way, and dropout is the fine-tuning run's:
+    `tuning.with_encoder`)."""
+    head = lambda config: BertForSequenceClassification(config, num_labels, task)  # noqa: E731
+    return with_encoder(pretrained, head, from_scratch, seed, dropout)
 
 
 @torch.no_grad()
@@ -122,7 +128,7 @@ def finetune(
     files = {"train": train_file, "dev": dev_file, "test": test_file}
     splits, labels = _load_splits(files, spec, tokenizer, cfg.max_seq_len)
     num_labels = len(labels) if labels is not None else 1
-    model = build_classifier(pretrained, num_labels, spec.task, from_scratch, cfg.seed)
+    model = build_classifier(pretrained, num_labels, spec.task, from_scratch, cfg.seed, cfg.dropout)
     if cfg.max_seq_len > model.config.max_position_embeddings:
         raise NanobertError(
             f"max_seq_len {cfg.max_seq_len} exceeds the model's {model.config.max_position_embeddings} "

@@ -166,8 +166,7 @@ def finetune_qa(
     pretrained, _ = load_pretraining_checkpoint(checkpoint)
     tokenizer = load_tokenizer(checkpoint)
     splits, features = _qa_data(files, tokenizer, cfg, pretrained.config.max_position_embeddings)
-    head = lambda: BertForQuestionAnswering(pretrained.config)  # noqa: E731
-    model = with_encoder(pretrained, head, from_scratch, cfg.seed)
+    model = with_encoder(pretrained, BertForQuestionAnswering, from_scratch, cfg.seed, cfg.dropout)
     device = start_run(model, cfg, out_dir, overwrite)
     extra = {
         "task": "qa",

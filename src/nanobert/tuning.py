@@ -10,6 +10,7 @@ every job runs (`engine.fit`).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 
 from nanobert.checkpoint import save_checkpoint
-from nanobert.config import FinetuneConfig
+from nanobert.config import FinetuneConfig, ModelConfig
 from nanobert.device import choose_precision, resolve_device
 from nanobert.engine import Job, Plan, RunState, precision_step, shape_key
 from nanobert.finetune_data import Encoded, ExampleStream, collate
@@ -29,15 +30,26 @@ from nanobert.run_log import RunLog, prepare_out_dir
 
 
 def with_encoder(
-    pretrained: BertForPreTraining, head_model: Callable[[], torch.nn.Module], from_scratch: bool, seed: int
+    pretrained: BertForPreTraining,
+    head_model: Callable[[ModelConfig], torch.nn.Module],
+    from_scratch: bool,
+    seed: int,
+    dropout: float,
 ) -> torch.nn.Module:
-    """A task model built by `head_model()` under `seed`, with the pretrained encoder unless `from_scratch`.
+    """A task model built by `head_model(config)` under `seed`, with the pretrained encoder unless
+    `from_scratch`; `config` is the pretrained one with `dropout` for the hidden states and attention.
 
     The head (and, from scratch, the encoder) is initialised from `seed`, so a pretrained run and its
     from-scratch control start from the same head. A head model without a pooler takes the encoder only.
+    Dropout is the fine-tuning run's own: the CPU pretraining recipe trains without it (it only slowed
+    learning there), while a few thousand labelled examples need it (Cramming, Geiping & Goldstein 2023,
+    pretrains without dropout and fine-tunes with 0.1).
     """
     torch.manual_seed(seed)
-    model = head_model()
+    config = dataclasses.replace(
+        pretrained.config, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout
+    )
+    model = head_model(config)
     if not from_scratch:
         state = pretrained.bert.state_dict()
         if model.bert.pooler is None:
