@@ -403,7 +403,8 @@ def shape_key(model: nn.Module, batch: dict[str, torch.Tensor], objective: str) 
     c = model.config
     layout = "pre-LN" if c.pre_layer_norm else "post-LN"
     dims = "x".join(str(d) for d in batch["input_ids"].shape)
-    dropout = f"dropout {c.hidden_dropout_prob:g}/{c.attention_probs_dropout_prob:g}"  # 0 takes faster kernels
+    # Dropout 0 takes faster kernels, so it is part of the shape.
+    dropout = f"dropout {c.hidden_dropout_prob:g}/{c.attention_probs_dropout_prob:g}"
     return (
         f"{objective} {type(model).__name__} L{c.num_hidden_layers} H{c.hidden_size} "
         f"A{c.num_attention_heads} I{c.intermediate_size} V{c.vocab_size} {layout} {dropout} batch {dims}"
