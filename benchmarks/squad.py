@@ -81,17 +81,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace, init: str) -> dict:
     """Fine-tune one initialisation; its row of the results."""
-    cfg = QAConfig(
-        epochs=args.epochs,
-        learning_rate=args.learning_rate,
-        batch_size=args.batch_size,
-        max_seq_len=args.max_seq_len,
-        doc_stride=args.doc_stride,
-        max_train_examples=args.max_train_examples,
-        seed=args.seed,
-        device=args.device,
-        precision=args.precision,
-    )
+    # Every setting on the command line is a QAConfig field of the same name, except the thread count.
+    cfg = QAConfig(**{k: getattr(args, k) for k in SETTINGS if k != "threads"})
     out = args.out / init
     print(f"== {init} -> {out}", file=sys.stderr, flush=True)
     start = time.perf_counter()
