@@ -91,7 +91,13 @@ def main() -> None:
             )
             metrics = evaluate_checkpoint(str(out / "best"), valid_file=args.test, device=str(device))
             # The last step too: when best/ is an earlier step, the table shows what selection cost or saved.
-            last = evaluate_checkpoint(str(out / "last"), valid_file=args.test, device=str(device))
+            # When best/ is the last step it is the same checkpoint, so its figures are reused.
+            best_step = (summary["best"] or {}).get("step")
+            last = (
+                metrics
+                if best_step == summary["steps"]
+                else evaluate_checkpoint(str(out / "last"), valid_file=args.test, device=str(device))
+            )
             rows.append(
                 {
                     "date": time.strftime("%Y-%m-%d"),
@@ -99,7 +105,7 @@ def main() -> None:
                     "overrides": args.name or " ".join(args.set),
                     "seed": seed,
                     **{k: round(v, 4) for k, v in metrics.items()},
-                    "best_step": (summary["best"] or {}).get("step"),
+                    "best_step": best_step,
                     **{
                         f"last_{k}": round(last[k], 4)
                         for k in ("mlm_accuracy", "mlm_perplexity", "nsp_accuracy")
