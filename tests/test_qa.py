@@ -7,10 +7,12 @@ import pytest
 import torch
 from helpers import qa_checkpoint, squad_task, train_tiny_checkpoint, write_squad_task
 
+from nanobert.checkpoint import load_pretraining_checkpoint, save_checkpoint
 from nanobert.cli import main
-from nanobert.config import QAConfig
+from nanobert.config import QAConfig, TrainConfig
 from nanobert.errors import NanobertError
 from nanobert.qa import finetune_qa, load_qa_model
+from nanobert.tokenizer import load_tokenizer
 
 
 def run_cli(capsys, *argv):
@@ -142,6 +144,23 @@ def test_finetune_takes_the_query_length_and_null_threshold_and_records_them(tas
     assert settings["max_query_length"] == 3 and settings["null_score_threshold"] == 2.5
     model = load_qa_model(tmp_path / "ft")
     assert model.null_threshold == 2.5 and model.settings.max_query_length == 3
+
+
+def test_windows_longer_than_the_pretraining_ones_get_a_note(tmp_path, capsys):
+    model, _ = load_pretraining_checkpoint(qa_checkpoint(tmp_path))
+    short = save_checkpoint(
+        tmp_path / "short", model, TrainConfig(max_seq_len=16), load_tokenizer(tmp_path / "pre")
+    )
+    small = write_squad_task(tmp_path / "small.json", 6, 5, filler=1)
+    argv = ["finetune", short, "--task", "qa", "--train", small, "--dev", small, "--epochs", 1,
+            "--doc-stride", 8, "--device", "cpu", "--precision", "fp32"]  # fmt: skip
+    torch.manual_seed(0)
+    code, _, err = run_cli(capsys, *argv, "--max-seq-len", 32, "--out", tmp_path / "long")
+    assert code == 0, err
+    assert "pretrained on windows of 16 tokens, so positions 16-31 start untrained" in err
+    assert "--max-seq-len 16 --doc-stride 8" in err
+    code, _, err = run_cli(capsys, *argv, "--max-seq-len", 16, "--out", tmp_path / "fits")
+    assert code == 0 and "start untrained" not in err, err
 
 
 def test_answer_prints_the_answer_its_probability_and_span(tuned, capsys):
