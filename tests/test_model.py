@@ -113,6 +113,21 @@ def test_initialisation(tiny_config):
     assert model.bert.embeddings.word_embeddings.weight[0].abs().max() == 0  # padding row
 
 
+@pytest.mark.parametrize("hidden", [36, 37])  # odd too: the last sine column has no cosine partner
+def test_sinusoidal_position_init_scores_offsets_the_same_at_every_position(tiny_config, hidden):
+    cfg = dataclasses.replace(
+        tiny_config, hidden_size=hidden, num_attention_heads=1, position_embedding_init="sinusoidal"
+    )
+    table = BertForPreTraining(cfg).bert.embeddings.position_embeddings.weight.detach()
+    assert abs(table.std().item() - cfg.initializer_range) < 0.2 * cfg.initializer_range
+    # p . (p + k) depends on k alone (sum of cos(k w) over the frequencies): "k tokens away" is one pattern.
+    near = (table[:-3] * table[3:]).sum(-1)
+    assert (near - near[0]).abs().max() < 1e-6
+    assert torch.equal(table[0, 0::2][: hidden // 2], torch.zeros(hidden // 2))  # sin(0) = 0
+    normal = BertForPreTraining(tiny_config).bert.embeddings.position_embeddings.weight.detach()
+    assert (normal[:-3] * normal[3:]).sum(-1).std() > 10 * (near.std() + 1e-9)
+
+
 def test_pre_layer_norm_runs_and_differs(tiny_config):
     cfg = dataclasses.replace(tiny_config, pre_layer_norm=True)
     model = BertForPreTraining(cfg).eval()
@@ -140,6 +155,7 @@ def test_presets_have_4x_intermediate():
         dict(hidden_dropout_prob=1.5),
         dict(hidden_act="relu"),
         dict(pad_token_id=200),
+        dict(position_embedding_init="rotary"),
     ],
 )
 def test_config_validation(tiny_config, bad):

@@ -371,6 +371,22 @@ def init_weights(module: nn.Module, initializer_range: float) -> None:
         nn.init.zeros_(module.bias)
 
 
+@torch.no_grad()
+def sinusoidal_init(table: torch.Tensor, std: float) -> None:
+    """Fill a (positions, H) table with sines and cosines of geometrically spaced frequencies (Vaswani et
+    al., 2017), scaled so its entries have spread `std`, like the normal init they replace.
+
+    Position p + k is a fixed rotation of position p in each (sin, cos) pair, so one query/key matrix can
+    score "k tokens away" at every position; random rows would each have to learn it.
+    """
+    positions, hidden = table.shape
+    p = torch.arange(positions, dtype=torch.float32)[:, None]  # (P, 1)
+    freq = torch.exp(-math.log(10000.0) * torch.arange(0, hidden, 2, dtype=torch.float32) / hidden)  # (H/2,)
+    table[:, 0::2] = torch.sin(p * freq)[:, : (hidden + 1) // 2]
+    table[:, 1::2] = torch.cos(p * freq)[:, : hidden // 2]
+    table.mul_(std * math.sqrt(2.0))  # a sine over many periods has standard deviation 1/sqrt(2)
+
+
 class BertPreTrainedModel(nn.Module):
     """What every model with heads shares (transformers' `BertPreTrainedModel`): its config, the encoder
     `bert`, and BERT's initialisation of every weight once the heads exist (`post_init`)."""
@@ -383,6 +399,8 @@ class BertPreTrainedModel(nn.Module):
     def post_init(self) -> None:
         """Initialise every weight, heads included (`init_weights`); the last call of a model's __init__."""
         self.apply(lambda m: init_weights(m, self.config.initializer_range))
+        if self.config.position_embedding_init == "sinusoidal":
+            sinusoidal_init(self.bert.embeddings.position_embeddings.weight, self.config.initializer_range)
 
 
 class BertForPreTraining(BertPreTrainedModel):
