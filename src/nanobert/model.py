@@ -382,8 +382,9 @@ def sinusoidal_init(table: torch.Tensor, std: float) -> None:
     positions, hidden = table.shape
     p = torch.arange(positions, dtype=torch.float32)[:, None]  # (P, 1)
     freq = torch.exp(-math.log(10000.0) * torch.arange(0, hidden, 2, dtype=torch.float32) / hidden)  # (H/2,)
-    table[:, 0::2] = torch.sin(p * freq)[:, : (hidden + 1) // 2]
-    table[:, 1::2] = torch.cos(p * freq)[:, : hidden // 2]
+    angles = p * freq  # (P, H/2 rounded up): one per sine column; an odd H leaves the last without a cosine
+    table[:, 0::2] = torch.sin(angles)
+    table[:, 1::2] = torch.cos(angles[:, : hidden // 2])
     table.mul_(std * math.sqrt(2.0))  # a sine over many periods has standard deviation 1/sqrt(2)
 
 
