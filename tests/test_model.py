@@ -128,6 +128,18 @@ def test_sinusoidal_position_init_scores_offsets_the_same_at_every_position(tiny
     assert (normal[:-3] * normal[3:]).sum(-1).std() > 10 * (near.std() + 1e-9)
 
 
+@pytest.mark.parametrize("init", ["normal", "sinusoidal"])
+def test_position_embedding_scale_multiplies_the_tables_spread_only(tiny_config, init):
+    base = dataclasses.replace(tiny_config, position_embedding_init=init)
+    torch.manual_seed(0)
+    one = BertForPreTraining(base).bert.embeddings
+    torch.manual_seed(0)
+    three = BertForPreTraining(dataclasses.replace(base, position_embedding_scale=3.0)).bert.embeddings
+    ratio = three.position_embeddings.weight.std() / one.position_embeddings.weight.std()
+    assert abs(ratio.item() - 3.0) < (1e-5 if init == "sinusoidal" else 0.3)
+    assert abs(three.word_embeddings.weight.std().item() - base.initializer_range) < 0.002  # tokens unscaled
+
+
 def test_pre_layer_norm_runs_and_differs(tiny_config):
     cfg = dataclasses.replace(tiny_config, pre_layer_norm=True)
     model = BertForPreTraining(cfg).eval()
@@ -156,6 +168,7 @@ def test_presets_have_4x_intermediate():
         dict(hidden_act="relu"),
         dict(pad_token_id=200),
         dict(position_embedding_init="rotary"),
+        dict(position_embedding_scale=0.0),
     ],
 )
 def test_config_validation(tiny_config, bad):

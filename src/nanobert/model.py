@@ -400,8 +400,12 @@ class BertPreTrainedModel(nn.Module):
     def post_init(self) -> None:
         """Initialise every weight, heads included (`init_weights`); the last call of a model's __init__."""
         self.apply(lambda m: init_weights(m, self.config.initializer_range))
+        table = self.bert.embeddings.position_embeddings.weight
+        std = self.config.initializer_range * self.config.position_embedding_scale
         if self.config.position_embedding_init == "sinusoidal":
-            sinusoidal_init(self.bert.embeddings.position_embeddings.weight, self.config.initializer_range)
+            sinusoidal_init(table, std)
+        elif self.config.position_embedding_scale != 1.0:
+            nn.init.normal_(table, mean=0.0, std=std)
 
 
 class BertForPreTraining(BertPreTrainedModel):
