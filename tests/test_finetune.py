@@ -315,34 +315,23 @@ def test_existing_run_is_not_overwritten(pretrained, tuned, task, capsys):
 
 def test_the_default_learning_rate_learns_a_small_separable_task(tmp_path, capsys):
     """400 examples, separable by one token, 5 epochs (the issue's case): the default learning rate learns it
-    from a checkpoint of the shipped CPU shape (2 layers of 128); the old default, 1e-4, stayed at chance."""
+    from a checkpoint of the shipped CPU recipe (2 layers of 128). 300 pretraining steps, not fewer: the
+    recipe's position table starts at 3x the token rows' spread, and after 60 or 120 steps it still drowns
+    the one telling token (dev accuracy 0.5 at lr 3e-4 and 1e-4 alike; at 300 steps 1.0 at both). The old
+    default, 1e-4, stayed at chance from the previous recipe's 60-step checkpoint."""
     from nanobert.config import FinetuneConfig
 
     assert FinetuneConfig().learning_rate == 3e-4
     shape = ("hidden_size=128", "num_attention_heads=2", "intermediate_size=512", "vocab_size=200")
-    pretrained = train_tiny_checkpoint(tmp_path / "pre", steps=60, settings=shape)
+    pretrained = train_tiny_checkpoint(tmp_path / "pre", steps=300, settings=shape)
     train, dev = (
         write_task(tmp_path / "train.csv", 400, seed=7),
         write_task(tmp_path / "dev.csv", 100, seed=8),
     )
-    argv = [
-        "finetune",
-        pretrained,
-        "--train",
-        train,
-        "--dev",
-        dev,
-        "--text-col",
-        "sentence",
-        "--label-col",
-        "label",
-    ]
-    accuracy = {}
-    for lr in (None, "1e-4"):
-        options = ["--learning-rate", lr] if lr else []
-        code, out, err = run_cli(
-            capsys, *argv, *options, "--epochs", "5", "--out", tmp_path / f"run{lr}", "--quiet"
-        )
-        assert code == 0, err
-        accuracy[lr] = json.loads(out)["dev"]["accuracy"]
-    assert accuracy[None] >= 0.9 and accuracy["1e-4"] < 0.75, accuracy
+    code, out, err = run_cli(
+        capsys,
+        *("finetune", pretrained, "--train", train, "--dev", dev, "--text-col", "sentence"),
+        *("--label-col", "label", "--epochs", "5", "--out", tmp_path / "run", "--quiet"),
+    )
+    assert code == 0, err
+    assert json.loads(out)["dev"]["accuracy"] >= 0.9
