@@ -401,11 +401,10 @@ class BertPreTrainedModel(nn.Module):
         """Initialise every weight, heads included (`init_weights`); the last call of a model's __init__."""
         self.apply(lambda m: init_weights(m, self.config.initializer_range))
         table = self.bert.embeddings.position_embeddings.weight
-        std = self.config.initializer_range * self.config.position_embedding_scale
         if self.config.position_embedding_init == "sinusoidal":
-            sinusoidal_init(table, std)
-        elif self.config.position_embedding_scale != 1.0:
-            nn.init.normal_(table, mean=0.0, std=std)
+            sinusoidal_init(table, self.config.initializer_range)
+        with torch.no_grad():
+            table.mul_(self.config.position_embedding_scale)  # either init; x 1.0 leaves BERT's exactly
 
 
 class BertForPreTraining(BertPreTrainedModel):
