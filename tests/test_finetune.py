@@ -199,6 +199,19 @@ def test_from_scratch_keeps_only_the_shape(pretrained):
     assert torch.equal(warm.classifier.weight, cold.classifier.weight)  # the same head init
 
 
+def test_from_scratch_control_uses_berts_position_spread(pretrained):
+    """A position table scaled for fast pretraining is the checkpoint's; the control starts from BERT's."""
+    import dataclasses
+
+    pre, _ = load_pretraining_checkpoint(pretrained)
+    pre.config = dataclasses.replace(pre.config, position_embedding_scale=3.0)
+    warm = build_classifier(pre, 2, "classification", False, seed=0)
+    cold = build_classifier(pre, 2, "classification", True, seed=0)
+    assert warm.config.position_embedding_scale == 3.0 and cold.config.position_embedding_scale == 1.0
+    spread = cold.bert.embeddings.position_embeddings.weight.std().item()
+    assert spread == pytest.approx(pre.config.initializer_range, rel=0.2)  # not 3x that
+
+
 def test_fine_tuning_uses_its_own_dropout(pretrained):
     """The CPU recipe pretrains without dropout; fine-tuning puts its own back (0.1 by default)."""
     import dataclasses
