@@ -315,7 +315,7 @@ def _add_finetune(sub) -> None:
     p.add_argument(
         "--from-scratch",
         action="store_true",
-        help="random initialisation instead of the checkpoint's weights (same shape, tokenizer, budget)",
+        help="BERT's random init instead of the checkpoint's weights (same shape, tokenizer, budget)",
     )
     _job_options(p, "replace a run already in --out")
 
