@@ -47,13 +47,12 @@ def with_encoder(
     pretrains without dropout and fine-tunes with 0.1).
     """
     torch.manual_seed(seed)
-    config = dataclasses.replace(
-        pretrained.config, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout
-    )
+    overrides: dict[str, float] = dict(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
     if from_scratch:
         # The control starts from BERT's own init: a position table scaled up for fast pretraining (the CPU
         # preset's 3x) left small from-scratch fine-tuning runs at chance, which would flatter pretraining.
-        config = dataclasses.replace(config, position_embedding_scale=1.0)
+        overrides["position_embedding_scale"] = ModelConfig.position_embedding_scale  # the default, 1.0
+    config = dataclasses.replace(pretrained.config, **overrides)
     model = head_model(config)
     if not from_scratch:
         state = pretrained.bert.state_dict()
