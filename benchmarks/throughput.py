@@ -126,9 +126,7 @@ def main() -> None:
         "--precision", choices=["fp32", "bf16"], help="both sides (default: bf16 on CUDA, fp32 on CPU)"
     )
     p.add_argument("--dropout", type=float, default=0.1)
-    p.add_argument(
-        "--mask-prob", type=float, default=0.15, help="share of tokens masked (the CPU preset trains at 0.3)"
-    )
+    p.add_argument("--mask-prob", type=float, default=0.15, help="share of tokens masked (BERT's 0.15)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument(
         "--full-last-layer",

@@ -280,9 +280,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     # 2-layer `tiny` shape makes ~4x the steps of `mini` in the same time and leads it at 10 minutes, as it
     # leads 4 layers of 128; lr 1e-3 leaves the unigram plateau sooner than `mini`'s 5e-4. Masking 30% of
     # tokens in training (held-out figures still mask 15%) gives more targets per step and beat 15% on MLM and
-    # NSP; 45% learned more per step but each step costs ~25-40% more (the vocabulary head and the last layer
-    # run at every masked position), and at equal time it lost to 30%, as 60% did. bf16 (precision auto, when
-    # it measures faster here) about doubles the speed. Dropout off: at 8,000 steps it lifted held-out
+    # NSP; 45% learned more per step but each step costs 1.2-1.46x as much (the vocabulary head and the last
+    # layer run at every masked position), and at equal time it lost to 30%; 60% lost. bf16 (precision auto,
+    # when it measures faster here) about doubles the speed. Dropout off: at 8,000 steps it lifted held-out
     # accuracy from 0.158 to 0.230 (the model is too small to memorise 217k words in 30 minutes; dropout only
     # slowed learning) and made each step ~1.7x faster (no random masks, SDPA's fused kernel). Sinusoidal
     # position init: held-out accuracy sat on a plateau (frequent words) until step 3,000-5,500 with random
