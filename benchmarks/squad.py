@@ -40,6 +40,8 @@ SETTINGS = (
     "max_seq_len",
     "doc_stride",
     "max_train_examples",
+    "layer_lr_decay",
+    "dropout",
     "seed",
 )
 SETTINGS += ("device", "precision", "threads")  # what results.json records of the command line
@@ -64,6 +66,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--max-train-examples", type=int, metavar="N", help="train on a seeded random N of the questions"
     )
+    p.add_argument(
+        "--layer-lr-decay",
+        type=float,
+        default=QAConfig.layer_lr_decay,
+        help="each encoder layer trains at this times the rate of the one above (1 = one rate)",
+    )
+    p.add_argument("--dropout", type=float, default=QAConfig.dropout, help="hidden and attention")
     p.add_argument("--seed", type=int, default=QAConfig.seed)
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument(

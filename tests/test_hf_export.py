@@ -57,6 +57,29 @@ def test_transformers_loads_it_cleanly_with_the_same_logits(checkpoint, exported
     assert (a.seq_relationship_logits - b.seq_relationship_logits).abs().max() < 1e-4
 
 
+def test_a_model_without_encoder_biases_exports_with_zero_ones(checkpoint, tmp_path):
+    config = ModelConfig(
+        **{**load_pretraining_checkpoint(checkpoint)[0].config.__dict__, "encoder_bias": False}
+    )
+    torch.manual_seed(0)
+    ours = BertForPreTraining(config).eval()
+    with torch.no_grad():
+        for p in ours.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    tokenizer = load_tokenizer(checkpoint)
+    save_checkpoint(tmp_path / "nobias", ours, None, tokenizer)
+    hf, info = transformers.BertForPreTraining.from_pretrained(
+        export_hf(tmp_path / "nobias", tmp_path / "hf"), output_loading_info=True
+    )
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    assert hf.bert.encoder.layer[0].attention.self.query.bias.abs().max() == 0
+    ids, types, mask = batch_of(tokenizer, PAIRS)
+    with torch.no_grad():
+        a, b = ours(ids, types, mask), hf.eval()(input_ids=ids, token_type_ids=types, attention_mask=mask)
+    assert (a.prediction_logits - b.prediction_logits)[mask.bool()].abs().max() < 1e-4
+    assert (a.seq_relationship_logits - b.seq_relationship_logits).abs().max() < 1e-4
+
+
 def test_export_import_export_is_lossless(checkpoint, exported, tmp_path):
     result = import_hf(exported, tmp_path / "imported")
     assert result.fresh_heads == [] and result.fresh_parameters == [] and not result.vocab_remapped
@@ -132,13 +155,14 @@ def test_google_style_vocabulary_is_renumbered(checkpoint, exported, tmp_path, t
         assert encode_pair(tok, a, b) == encode_pair(load_tokenizer(checkpoint), a, b)
 
 
-def test_pre_ln_models_are_refused(checkpoint, tmp_path):
-    config = ModelConfig(
-        **{**load_pretraining_checkpoint(checkpoint)[0].config.__dict__, "pre_layer_norm": True}
-    )
-    save_checkpoint(tmp_path / "preln", BertForPreTraining(config), None, load_tokenizer(checkpoint))
-    with pytest.raises(NanobertError, match="pre-LN"):
-        export_hf(tmp_path / "preln", tmp_path / "out")
+@pytest.mark.parametrize(
+    "change, needle", [(dict(pre_layer_norm=True), "pre-LN"), (dict(hidden_act="geglu"), "geglu")]
+)
+def test_models_transformers_cannot_hold_are_refused(checkpoint, tmp_path, change, needle):
+    config = ModelConfig(**{**load_pretraining_checkpoint(checkpoint)[0].config.__dict__, **change})
+    save_checkpoint(tmp_path / "odd", BertForPreTraining(config), None, load_tokenizer(checkpoint))
+    with pytest.raises(NanobertError, match=needle):
+        export_hf(tmp_path / "odd", tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 

@@ -151,6 +151,33 @@ def test_pre_layer_norm_runs_and_differs(tiny_config):
     assert (out.prediction_logits - slow.prediction_logits).abs().max() < 1e-5
 
 
+def test_geglu_feed_forward_is_gelu_of_the_gate_times_the_value(tiny_config):
+    cfg = dataclasses.replace(tiny_config, hidden_act="geglu")
+    ff = BertForPreTraining(cfg).bert.layers[0].feed_forward
+    I = cfg.intermediate_size
+    assert ff.intermediate.out_features == 2 * I and ff.output.in_features == I
+    x = torch.randn(3, 5, cfg.hidden_size)
+    w_gate, w_value = ff.intermediate.weight[:I], ff.intermediate.weight[I:]
+    b_gate, b_value = ff.intermediate.bias[:I], ff.intermediate.bias[I:]
+    by_hand = F.gelu(x @ w_gate.T + b_gate) * (x @ w_value.T + b_value)
+    torch.testing.assert_close(ff.hidden(x), by_hand)
+    torch.testing.assert_close(ff(x), ff.output(by_hand))
+
+
+def test_encoder_bias_false_leaves_biases_only_in_the_heads(tiny_config):
+    model = BertForPreTraining(dataclasses.replace(tiny_config, encoder_bias=False))
+    biased = {n for n, p in model.named_parameters() if n.endswith("bias")}
+    assert biased == {
+        "bert.pooler.bias",
+        "mlm_head.dense.bias",
+        "mlm_head.layer_norm.bias",
+        "mlm_head.bias",
+        "nsp_head.bias",
+    }
+    ids, tt, am = random_batch(tiny_config, pad_last=2)
+    assert torch.isfinite(model(ids, tt, am).prediction_logits).all()
+
+
 def test_presets_have_4x_intermediate():
     assert MODEL_PRESETS["mini"] == dict(
         num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024
@@ -199,11 +226,15 @@ def test_sequence_classification(tiny_config):
     assert out.logits.shape == (3, 1) and out.loss > 0
 
 
-@pytest.mark.parametrize("pre_layer_norm", [False, True])
-def test_query_pruning_gives_the_same_losses_logits_and_gradients(tiny_config, pre_layer_norm):
+@pytest.mark.parametrize(
+    "change",
+    [dict(pre_layer_norm=False), dict(pre_layer_norm=True), dict(encoder_bias=False, hidden_act="geglu")],
+    ids=["post-LN", "pre-LN", "no-bias-GEGLU"],
+)
+def test_query_pruning_gives_the_same_losses_logits_and_gradients(tiny_config, change):
     """With query_positions the last layer computes only [CLS] and the masked positions; nothing the losses
     read may change, padding and a row with no masked position included."""
-    config = dataclasses.replace(tiny_config, pre_layer_norm=pre_layer_norm)
+    config = dataclasses.replace(tiny_config, **change)
     model = BertForPreTraining(config).eval()
     ids, tt, am = random_batch(config, B=4, T=13, pad_last=5)
     labels = torch.full_like(ids, -100)

@@ -12,10 +12,10 @@ from nanobert.model import BertForPreTraining
 from nanobert.reference import forward, gelu, layer_norm, load_reference, softmax
 
 
-def saved_model(directory, pre_layer_norm: bool) -> BertForPreTraining:
+def saved_model(directory, pre_layer_norm: bool, **change) -> BertForPreTraining:
     """A tiny odd-sized model with every weight moved off its initial value, saved as a checkpoint."""
     torch.manual_seed(1)
-    config = ModelConfig(**TINY_MODEL, pre_layer_norm=pre_layer_norm)
+    config = ModelConfig(**TINY_MODEL, pre_layer_norm=pre_layer_norm, **change)
     model = BertForPreTraining(config).eval()
     with torch.no_grad():
         for p in model.parameters():
@@ -24,10 +24,14 @@ def saved_model(directory, pre_layer_norm: bool) -> BertForPreTraining:
     return model
 
 
-@pytest.mark.parametrize("pre_layer_norm", [False, True], ids=["post-LN", "pre-LN"])
+@pytest.mark.parametrize(
+    "pre_layer_norm, change",
+    [(False, {}), (True, {}), (False, dict(hidden_act="geglu")), (True, dict(encoder_bias=False))],
+    ids=["post-LN", "pre-LN", "GEGLU", "pre-LN-no-encoder-bias"],
+)
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_matches_torch_on_random_inputs(tmp_path, pre_layer_norm, seed):
-    model = saved_model(tmp_path / "ckpt", pre_layer_norm)
+def test_matches_torch_on_random_inputs(tmp_path, pre_layer_norm, change, seed):
+    model = saved_model(tmp_path / "ckpt", pre_layer_norm, **change)
     weights, cfg = load_reference(tmp_path / "ckpt")
     rng = np.random.default_rng(seed)
     B, T = int(rng.integers(1, 4)), int(rng.integers(2, 40))

@@ -26,7 +26,10 @@ class ModelConfig:
     num_hidden_layers: int = 4
     num_attention_heads: int = 4
     intermediate_size: int = 1024  # 4x hidden, as in BERT
-    hidden_act: str = "gelu"  # exact (erf) GELU, the activation of the original BERT and of transformers
+    # "gelu": exact (erf) GELU, the activation of the original BERT and of transformers. "geglu": the gated
+    # feed-forward of Shazeer (2020), GELU(x W) * (x V), with W and V both H -> intermediate_size (so 1.5x the
+    # feed-forward's weights and work); transformers' BERT has no such layer, so it cannot be exported.
+    hidden_act: str = "gelu"
     hidden_dropout_prob: float = 0.1
     attention_probs_dropout_prob: float = 0.1
     max_position_embeddings: int = 512
@@ -42,6 +45,9 @@ class ModelConfig:
     # 1,000, against 1,500-3,500 at 1 (benchmarks/README.md, round 5).
     position_embedding_scale: float = 1.0
     pad_token_id: int = 0
+    # False: the encoder's linear layers and LayerNorms (embeddings' included) have no bias, as in Geiping &
+    # Goldstein's "Cramming" (2022): fewer small ops per layer. The heads keep theirs. Export writes zeros.
+    encoder_bias: bool = True
     pre_layer_norm: bool = False  # False = post-LN as in BERT; True = LayerNorm before each sublayer
     # True = causal self-attention (each token sees itself and the tokens before it): GPT's next-word task on
     # BERT's stack. Set by `pretrain --objective causal`; transformers' name for the same switch.
@@ -68,8 +74,8 @@ class ModelConfig:
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise NanobertError(f"model config: {name} must be in [0, 1), got {getattr(self, name)}")
-        if self.hidden_act != "gelu":
-            raise NanobertError(f"model config: hidden_act {self.hidden_act!r} is not supported; use 'gelu'")
+        if self.hidden_act not in ("gelu", "geglu"):
+            raise NanobertError(f"model config: hidden_act {self.hidden_act!r} is not one of 'gelu', 'geglu'")
         if self.position_embedding_init not in ("normal", "sinusoidal"):
             raise NanobertError(
                 f"model config: position_embedding_init {self.position_embedding_init!r} is not one of "

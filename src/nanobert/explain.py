@@ -219,7 +219,7 @@ def _layer(
     else:
         x = ff_in = layer.attention_layer_norm(x + a)
     after_attention = x
-    ff_hidden = layer.feed_forward.intermediate(ff_in)  # (1, T, intermediate)
+    ff_hidden = layer.feed_forward.hidden(ff_in)  # (1, T, intermediate)
     f = layer.feed_forward(ff_in)
     x = x + f if pre_layer_norm else layer.output_layer_norm(x + f)
     trace = LayerTrace(

@@ -34,6 +34,7 @@ class ReferenceConfig:
     num_attention_heads: int
     layer_norm_eps: float
     pre_layer_norm: bool = False
+    hidden_act: str = "gelu"  # or "geglu": the gated feed-forward
     is_decoder: bool = (
         False  # causal attention and the next-word head (a `pretrain --objective causal` model)
     )
@@ -53,14 +54,14 @@ class ReferenceOutput:
 
 def linear(x: np.ndarray, w: Weights, name: str) -> np.ndarray:
     """x @ W^T + b for the Linear layer stored under `name`."""
-    return x @ w[name + ".weight"].T + w[name + ".bias"]
+    return x @ w[name + ".weight"].T + w.get(name + ".bias", 0.0)  # no bias: `encoder_bias=False`
 
 
 def layer_norm(x: np.ndarray, w: Weights, name: str, eps: float) -> np.ndarray:
     """Normalise each vector to mean 0 and variance 1 (biased variance), then scale and shift."""
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + eps) * w[name + ".weight"] + w[name + ".bias"]
+    return (x - mean) / np.sqrt(var + eps) * w[name + ".weight"] + w.get(name + ".bias", 0.0)
 
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
@@ -116,9 +117,14 @@ def self_attention(
     return linear(y, w, prefix + "output"), probs
 
 
-def feed_forward(w: Weights, prefix: str, x: np.ndarray) -> np.ndarray:
-    """Position-wise FFN: H -> intermediate (GELU) -> H, the same for every token."""
-    return linear(gelu(linear(x, w, prefix + "intermediate")), w, prefix + "output")
+def feed_forward(w: Weights, prefix: str, x: np.ndarray, gated: bool = False) -> np.ndarray:
+    """Position-wise FFN: H -> intermediate (GELU) -> H, the same for every token. Gated (GEGLU): the
+    intermediate projection yields a gate and a value, and GELU(gate) * value goes on."""
+    h = linear(x, w, prefix + "intermediate")
+    if gated:
+        gate, value = np.split(h, 2, axis=-1)
+        return linear(gelu(gate) * value, w, prefix + "output")
+    return linear(gelu(h), w, prefix + "output")
 
 
 def encoder_layer(
@@ -127,6 +133,7 @@ def encoder_layer(
     """One Transformer encoder layer. BERT is post-LN: x = LN(x + Attention(x)); x = LN(x + FFN(x))."""
     p = f"bert.layers.{i}."
     eps = cfg.layer_norm_eps
+    gated = cfg.hidden_act == "geglu"
     if cfg.pre_layer_norm:  # nanobert's optional variant: x = x + Sublayer(LN(x))
         a, probs = self_attention(
             w,
@@ -137,11 +144,11 @@ def encoder_layer(
             cfg.is_decoder,
         )
         x = x + a
-        x = x + feed_forward(w, p + "feed_forward.", layer_norm(x, w, p + "output_layer_norm", eps))
+        x = x + feed_forward(w, p + "feed_forward.", layer_norm(x, w, p + "output_layer_norm", eps), gated)
         return x, probs
     a, probs = self_attention(w, p + "attention.", x, key_mask, cfg.num_attention_heads, cfg.is_decoder)
     x = layer_norm(x + a, w, p + "attention_layer_norm", eps)
-    x = layer_norm(x + feed_forward(w, p + "feed_forward.", x), w, p + "output_layer_norm", eps)
+    x = layer_norm(x + feed_forward(w, p + "feed_forward.", x, gated), w, p + "output_layer_norm", eps)
     return x, probs
 
 
@@ -198,6 +205,7 @@ def load_reference(checkpoint: str | Path) -> tuple[Weights, ReferenceConfig]:
             num_attention_heads=int(model["num_attention_heads"]),
             layer_norm_eps=float(model["layer_norm_eps"]),
             pre_layer_norm=bool(model.get("pre_layer_norm", False)),
+            hidden_act=str(model.get("hidden_act", "gelu")),
             is_decoder=bool(model.get("is_decoder", False)),
         )
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, UnicodeDecodeError):
