@@ -57,29 +57,6 @@ def test_transformers_loads_it_cleanly_with_the_same_logits(checkpoint, exported
     assert (a.seq_relationship_logits - b.seq_relationship_logits).abs().max() < 1e-4
 
 
-def test_a_model_without_encoder_biases_exports_with_zero_ones(checkpoint, tmp_path):
-    config = ModelConfig(
-        **{**load_pretraining_checkpoint(checkpoint)[0].config.__dict__, "encoder_bias": False}
-    )
-    torch.manual_seed(0)
-    ours = BertForPreTraining(config).eval()
-    with torch.no_grad():
-        for p in ours.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    tokenizer = load_tokenizer(checkpoint)
-    save_checkpoint(tmp_path / "nobias", ours, None, tokenizer)
-    hf, info = transformers.BertForPreTraining.from_pretrained(
-        export_hf(tmp_path / "nobias", tmp_path / "hf"), output_loading_info=True
-    )
-    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
-    assert hf.bert.encoder.layer[0].attention.self.query.bias.abs().max() == 0
-    ids, types, mask = batch_of(tokenizer, PAIRS)
-    with torch.no_grad():
-        a, b = ours(ids, types, mask), hf.eval()(input_ids=ids, token_type_ids=types, attention_mask=mask)
-    assert (a.prediction_logits - b.prediction_logits)[mask.bool()].abs().max() < 1e-4
-    assert (a.seq_relationship_logits - b.seq_relationship_logits).abs().max() < 1e-4
-
-
 def test_export_import_export_is_lossless(checkpoint, exported, tmp_path):
     result = import_hf(exported, tmp_path / "imported")
     assert result.fresh_heads == [] and result.fresh_parameters == [] and not result.vocab_remapped

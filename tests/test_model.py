@@ -164,20 +164,6 @@ def test_geglu_feed_forward_is_gelu_of_the_gate_times_the_value(tiny_config):
     torch.testing.assert_close(ff(x), ff.output(by_hand))
 
 
-def test_encoder_bias_false_leaves_biases_only_in_the_heads(tiny_config):
-    model = BertForPreTraining(dataclasses.replace(tiny_config, encoder_bias=False))
-    biased = {n for n, p in model.named_parameters() if n.endswith("bias")}
-    assert biased == {
-        "bert.pooler.bias",
-        "mlm_head.dense.bias",
-        "mlm_head.layer_norm.bias",
-        "mlm_head.bias",
-        "nsp_head.bias",
-    }
-    ids, tt, am = random_batch(tiny_config, pad_last=2)
-    assert torch.isfinite(model(ids, tt, am).prediction_logits).all()
-
-
 def test_presets_have_4x_intermediate():
     assert MODEL_PRESETS["mini"] == dict(
         num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024
@@ -228,8 +214,8 @@ def test_sequence_classification(tiny_config):
 
 @pytest.mark.parametrize(
     "change",
-    [dict(pre_layer_norm=False), dict(pre_layer_norm=True), dict(encoder_bias=False, hidden_act="geglu")],
-    ids=["post-LN", "pre-LN", "no-bias-GEGLU"],
+    [dict(pre_layer_norm=False), dict(pre_layer_norm=True), dict(hidden_act="geglu")],
+    ids=["post-LN", "pre-LN", "GEGLU"],
 )
 def test_query_pruning_gives_the_same_losses_logits_and_gradients(tiny_config, change):
     """With query_positions the last layer computes only [CLS] and the masked positions; nothing the losses

@@ -145,7 +145,6 @@ def to_hf_state_dict(state: dict[str, torch.Tensor], config: ModelConfig) -> dic
     """Rename (and split) a BertForPreTraining (or causal BertLMHeadModel) state dict into transformers'
     names."""
     to_hf_config(config)  # refuses pre-LN
-    state = _with_zero_biases(state, config)
     if config.is_decoder:
         state = _rename_head(state, _CAUSAL_HEAD, _TABLE_HEAD)
     out = {
@@ -164,25 +163,10 @@ def to_hf_qa_state_dict(state: dict[str, torch.Tensor], config: ModelConfig) -> 
     """A BertForQuestionAnswering state dict in transformers' names: the encoder (no pooler) and qa_outputs,
     which both sides call the same."""
     to_hf_config(config)  # refuses pre-LN
-    state = _with_zero_biases(state, config)
     out = {hf: state[ours] for ours, hf in _TOP_LEVEL.items() if ours.startswith("bert.embeddings.")}
     out.update(_encoder_layers(state, config))
     out.update({k: state[k] for k in ("qa_outputs.weight", "qa_outputs.bias")})
     return {k: v.contiguous() for k, v in out.items()}
-
-
-def _with_zero_biases(state: dict[str, torch.Tensor], config: ModelConfig) -> dict[str, torch.Tensor]:
-    """The state with a zero bias for every encoder layer that has none (`encoder_bias=False`):
-    transformers' layers always have one, and a zero bias computes the same function."""
-    if config.encoder_bias:
-        return state
-    layers = [f"bert.layers.{i}." for i in range(config.num_hidden_layers)]
-    names = ["bert.embeddings.layer_norm.bias"] + [
-        p + k for p in layers for k in (*_PER_LAYER, "attention.qkv.bias") if k.endswith(".bias")
-    ]
-    weights = {k: state[k.removesuffix("bias") + "weight"] for k in names}  # a bias has the out size
-    zeros = {k: w.new_zeros(w.size(0)) for k, w in weights.items()}
-    return {**state, **zeros}
 
 
 def _encoder_layers(state: dict[str, torch.Tensor], config: ModelConfig) -> dict[str, torch.Tensor]:

@@ -39,7 +39,7 @@ class Embeddings(nn.Module):
         )
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
-        self.layer_norm = nn.LayerNorm(config.hidden_size, config.layer_norm_eps, bias=config.encoder_bias)
+        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
@@ -69,8 +69,8 @@ class SelfAttention(nn.Module):
         super().__init__()
         self.num_heads = config.num_attention_heads
         self.head_dim = config.hidden_size // config.num_attention_heads
-        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.encoder_bias)
-        self.output = nn.Linear(config.hidden_size, config.hidden_size, bias=config.encoder_bias)
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
+        self.output = nn.Linear(config.hidden_size, config.hidden_size)
         self.attn_dropout = config.attention_probs_dropout_prob
         self.is_causal = config.is_decoder  # query i sees keys 0..i only
 
@@ -96,7 +96,7 @@ class SelfAttention(nn.Module):
         else:
             # The same fused weights, split: keys and values at every position, queries at M of them.
             w_q, w_kv = self.qkv.weight.split([H, 2 * H])
-            b_q, b_kv = (None, None) if self.qkv.bias is None else self.qkv.bias.split([H, 2 * H])
+            b_q, b_kv = self.qkv.bias.split([H, 2 * H])
             k, v = F.linear(x, w_kv, b_kv).split(H, dim=-1)  # 2 x (B, T, H)
             q = F.linear(gather_positions(x, query_positions), w_q, b_q)  # (B, M, H)
         Q = q.size(1)
@@ -133,8 +133,8 @@ class FeedForward(nn.Module):
         self.gated = config.hidden_act == "geglu"
         # Gated: one fused projection holds the gate's W and the value's V, as qkv holds three.
         width = 2 * config.intermediate_size if self.gated else config.intermediate_size
-        self.intermediate = nn.Linear(config.hidden_size, width, bias=config.encoder_bias)
-        self.output = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.encoder_bias)
+        self.intermediate = nn.Linear(config.hidden_size, width)
+        self.output = nn.Linear(config.intermediate_size, config.hidden_size)
 
     def hidden(self, x: torch.Tensor) -> torch.Tensor:
         """(..., H) -> (..., intermediate): the activation the output projection reads."""
@@ -159,13 +159,9 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.pre_layer_norm = config.pre_layer_norm
         self.attention = SelfAttention(config)
-        self.attention_layer_norm = nn.LayerNorm(
-            config.hidden_size, config.layer_norm_eps, bias=config.encoder_bias
-        )
+        self.attention_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.feed_forward = FeedForward(config)
-        self.output_layer_norm = nn.LayerNorm(
-            config.hidden_size, config.layer_norm_eps, bias=config.encoder_bias
-        )
+        self.output_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(
@@ -209,9 +205,7 @@ class BertModel(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_hidden_layers))
         # Pre-LN leaves the residual stream un-normalised, so it needs one LayerNorm at the end.
         self.final_layer_norm = (
-            nn.LayerNorm(config.hidden_size, config.layer_norm_eps, bias=config.encoder_bias)
-            if config.pre_layer_norm
-            else None
+            nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.pre_layer_norm else None
         )
         self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if add_pooling_layer else None
 
@@ -385,8 +379,7 @@ def init_weights(module: nn.Module, initializer_range: float) -> None:
                 module.weight[module.padding_idx].zero_()
     elif isinstance(module, nn.LayerNorm):
         nn.init.ones_(module.weight)
-        if module.bias is not None:
-            nn.init.zeros_(module.bias)
+        nn.init.zeros_(module.bias)
 
 
 @torch.no_grad()

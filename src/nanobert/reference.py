@@ -54,14 +54,14 @@ class ReferenceOutput:
 
 def linear(x: np.ndarray, w: Weights, name: str) -> np.ndarray:
     """x @ W^T + b for the Linear layer stored under `name`."""
-    return x @ w[name + ".weight"].T + w.get(name + ".bias", 0.0)  # no bias: `encoder_bias=False`
+    return x @ w[name + ".weight"].T + w[name + ".bias"]
 
 
 def layer_norm(x: np.ndarray, w: Weights, name: str, eps: float) -> np.ndarray:
     """Normalise each vector to mean 0 and variance 1 (biased variance), then scale and shift."""
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + eps) * w[name + ".weight"] + w.get(name + ".bias", 0.0)
+    return (x - mean) / np.sqrt(var + eps) * w[name + ".weight"] + w[name + ".bias"]
 
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
