@@ -28,7 +28,8 @@ class ModelConfig:
     intermediate_size: int = 1024  # 4x hidden, as in BERT
     # "gelu": exact (erf) GELU, the activation of the original BERT and of transformers. "geglu": the gated
     # feed-forward of Shazeer (2020), GELU(x W) * (x V), with W and V both H -> intermediate_size (so 1.5x the
-    # feed-forward's weights and work); transformers' BERT has no such layer, so it cannot be exported.
+    # feed-forward's weights and work); transformers' BERT has no such layer, so it cannot be exported. On the
+    # CPU recipe a step costs 1.16x and at equal time it tied the plain GELU (benchmarks/README.md, Round 8).
     hidden_act: str = "gelu"
     hidden_dropout_prob: float = 0.1
     attention_probs_dropout_prob: float = 0.1
@@ -45,9 +46,6 @@ class ModelConfig:
     # 1,000, against 1,500-3,500 at 1 (benchmarks/README.md, round 5).
     position_embedding_scale: float = 1.0
     pad_token_id: int = 0
-    # False: the encoder's linear layers and LayerNorms (embeddings' included) have no bias, as in Geiping &
-    # Goldstein's "Cramming" (2022): fewer small ops per layer. The heads keep theirs. Export writes zeros.
-    encoder_bias: bool = True
     pre_layer_norm: bool = False  # False = post-LN as in BERT; True = LayerNorm before each sublayer
     # True = causal self-attention (each token sees itself and the tokens before it): GPT's next-word task on
     # BERT's stack. Set by `pretrain --objective causal`; transformers' name for the same switch.
