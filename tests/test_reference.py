@@ -26,8 +26,8 @@ def saved_model(directory, pre_layer_norm: bool, **change) -> BertForPreTraining
 
 @pytest.mark.parametrize(
     "pre_layer_norm, change",
-    [(False, {}), (True, {}), (True, dict(hidden_act="geglu"))],
-    ids=["post-LN", "pre-LN", "pre-LN-GEGLU"],
+    [(False, {}), (True, {}), (False, dict(hidden_act="geglu")), (True, dict(hidden_act="geglu"))],
+    ids=["post-LN", "pre-LN", "GEGLU", "pre-LN-GEGLU"],
 )
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_matches_torch_on_random_inputs(tmp_path, pre_layer_norm, change, seed):
