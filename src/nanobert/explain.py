@@ -220,7 +220,7 @@ def _layer(
         x = ff_in = layer.attention_layer_norm(x + a)
     after_attention = x
     ff_hidden = layer.feed_forward.hidden(ff_in)  # (1, T, intermediate)
-    f = layer.feed_forward(ff_in)
+    f = layer.feed_forward.output(ff_hidden)  # what feed_forward(ff_in) computes, without the hidden twice
     x = x + f if pre_layer_norm else layer.output_layer_norm(x + f)
     trace = LayerTrace(
         index=index,
