@@ -44,6 +44,37 @@ def test_a_restored_stream_continues_with_the_same_batches():
     assert (ahead[0]["query_positions"][:, 0] == 0).all()
 
 
+def test_the_length_schedule_switches_at_an_epoch_boundary_and_resumes():
+    """Short windows (in batches of as many tokens) while the run is young, full length from the first epoch
+    that starts after short_seq_share; the length in use travels with the stream state."""
+    docs = [[[5 + (d * 7 + s) % 40] * (3 + s % 4) for s in range(30)] for d in range(6)]
+    cfg = TrainConfig(max_seq_len=24, batch_size=4, short_seq_len=12, short_seq_share=0.5)
+    stream = BatchStream(docs, cfg, MaskingCollator(50, seed=3))
+    shapes = [stream.next()["input_ids"].shape]
+    stream.set_progress(0.7)  # past the share: the epoch under way keeps its length
+    while stream.epoch == 0:
+        shapes.append(stream.next()["input_ids"].shape)
+    short, first_full = shapes[:-1], shapes[-1]
+    assert max(rows for rows, _ in short) == 8 and max(width for _, width in short) == 12
+    assert stream.shape == (24, 4) and first_full[0] <= 4 and first_full[1] > 12
+    state = stream.state_dict()
+    ahead = [stream.next() for _ in range(3)]
+    again = BatchStream(docs, cfg, MaskingCollator(50, seed=99))  # still at progress 0: the state must win
+    again.load_state_dict(state)
+    for want in ahead:
+        got = again.next()
+        assert all(torch.equal(want[k], got[k]) for k in want)
+
+
+def test_the_batch_ramp_starts_small_and_plans_epochs_at_full_size():
+    docs = [[[5 + (d * 7 + s) % 40] * (3 + s % 4) for s in range(30)] for d in range(6)]
+    full = BatchStream(docs, TrainConfig(max_seq_len=24, batch_size=8), MaskingCollator(50, seed=3))
+    cfg = TrainConfig(max_seq_len=24, batch_size=8, batch_ramp_share=0.5)
+    ramped = BatchStream(docs, cfg, MaskingCollator(50, seed=3))
+    assert ramped.shape == (24, 2) and max(ramped.next()["input_ids"].shape[0] for _ in range(5)) == 2
+    assert abs(ramped.batches_per_epoch() - full.batches_per_epoch()) <= 1  # what --epochs plans with
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Data too small for a batch: a one-line error, never an endless search for one
 
@@ -72,7 +103,7 @@ class EmptyWindows:
     def window_fraction(self, epoch: int, window: int) -> float:
         return 1 / self.windows
 
-    def batches(self, epoch: int, window: int) -> list:
+    def batches(self, epoch: int, window: int, shape: tuple[int, int] | None = None) -> list:
         self.loads += 1
         assert self.loads < 1000, "the stream keeps looking for a batch"
         return [[[2, 5 + epoch, 6 + window]]] if window in self.full else []

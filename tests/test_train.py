@@ -60,9 +60,15 @@ def test_smoke_run_writes_every_artefact(tmp_path, capsys):
         assert evaluated[key] == pytest.approx(summary["final"][key], abs=1e-6)
 
 
-def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+SCHEDULES = ["short_seq_len=16", "short_seq_share=0.6", "batch_ramp_share=0.3"]
+
+
+@pytest.mark.parametrize("schedule", [[], SCHEDULES], ids=["", "schedules"])
+def test_resume_reproduces_the_uninterrupted_run(tmp_path, schedule):
     full, split = tmp_path / "full", tmp_path / "split"
-    set_dropout = ["--set", "hidden_dropout_prob=0.1"]  # dropout draws from the RNG the checkpoint restores
+    # dropout draws from the RNG the checkpoint restores; with the schedules the switch to full-length
+    # windows comes after the resume, so the resumed run must pick it up from its progress
+    set_dropout = ["--set", "hidden_dropout_prob=0.1", *schedule]
     assert pretrain(tmp_path, full, "--max-steps", "12", *set_dropout) == 0
     # The same tokenizer: WordPiece training itself is not bit-reproducible across processes (see pretrain()).
     assert (
@@ -80,6 +86,16 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
         == 0
     )
     assert json.loads((split / "summary.json").read_text())["steps"] == 6
+
+    def shape():
+        data = torch.load(split / "last" / "trainer_state.pt", weights_only=False)["data"]
+        return data["seq_len"], data["batch_size"]
+
+    seq_len, rows = shape()
+    if schedule:  # still short windows, in batches still ramping up to 24 rows
+        assert seq_len == 16 and rows < 24
+    else:
+        assert (seq_len, rows) == (48, 8)
     assert main(["pretrain", "--resume", str(split / "last"), "--quiet"]) == 0
 
     def losses(run):
@@ -91,6 +107,7 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
         return json.loads((run / "summary.json").read_text())["final"]
 
     assert final(split) == final(full)
+    assert shape() == (48, 8)
     best = lambda run: json.loads((run / "summary.json").read_text())["best"]  # noqa: E731
     assert best(split) == best(full)
 

@@ -115,6 +115,14 @@ class TrainConfig:
     max_predictions: int | None = None  # cap on masked positions per sequence (None: no cap)
     short_seq_prob: float = 0.1  # Google's probability of a shorter target length, so short inputs are seen
     whole_word_mask: bool = False
+    # sequence-length schedule (BERT's was 128 then 512): epochs that start in the first short_seq_share of
+    # the run cut windows of short_seq_len tokens, in batches of proportionally more rows so that a step
+    # holds as many tokens; later epochs and every evaluation use max_seq_len
+    short_seq_len: int | None = None
+    short_seq_share: float = 0.0
+    # batch-size ramp: epochs that start in the first batch_ramp_share of the run take batches that grow
+    # linearly from a quarter of the full size, so the first updates come sooner and more often
+    batch_ramp_share: float = 0.0
     dupe_factor: int = 1  # independent NSP instance sets per epoch (Google's dupe_factor), for tiny corpora
     bucket_by_length: bool = True  # length-bucketed batches waste less compute on padding
     pad_to_multiple_of: int = 8  # padded lengths come in few shapes (fewer recompiles, tensor-core sizes)
@@ -160,6 +168,13 @@ class TrainConfig:
                 ("max_seq_len", self.max_seq_len >= 8, "at least 8"),
                 ("mask_prob", 0.0 < self.mask_prob < 1.0, "in (0, 1)"),
                 (
+                    "short_seq_len",
+                    self.short_seq_len is None or 8 <= self.short_seq_len < self.max_seq_len,
+                    f"at least 8 and below max_seq_len ({self.max_seq_len}), or None",
+                ),
+                ("short_seq_share", 0.0 <= self.short_seq_share < 1.0, "in [0, 1)"),
+                ("batch_ramp_share", 0.0 <= self.batch_ramp_share < 1.0, "in [0, 1)"),
+                (
                     "checkpoint_interval",
                     self.checkpoint_interval is None or self.checkpoint_interval >= 1,
                     "at least 1 (or None)",
@@ -175,6 +190,19 @@ class TrainConfig:
                 ),
             ],
         )
+
+    def epoch_shape(self, progress: float) -> tuple[int, int]:
+        """(window length, rows per batch) of an epoch that starts when `progress` of the run is done.
+
+        Full length and batch_size unless a schedule above says otherwise; short windows come in
+        proportionally more rows, so that a step holds as many tokens."""
+        seq_len = self.max_seq_len
+        if self.short_seq_len is not None and progress < self.short_seq_share:
+            seq_len = self.short_seq_len
+        rows = self.batch_size * self.max_seq_len / seq_len
+        if progress < self.batch_ramp_share:
+            rows *= 0.25 + 0.75 * progress / self.batch_ramp_share
+        return seq_len, max(1, round(rows))
 
 
 def _check(what: str, cfg: Any, at_least_one: tuple[str, ...], checks: list[tuple[str, bool, str]]) -> None:

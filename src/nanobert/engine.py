@@ -93,6 +93,11 @@ class Plan:
     early_stopping_patience: int | None = None
     resumable: bool = True  # checkpoints carry trainer state, and the run ends with a last/ checkpoint
 
+    def progress(self, step: int, elapsed: float) -> float:
+        """The fraction of the run done before step `step + 1`: steps over the planned steps, or seconds of
+        training over the time budget (the learning-rate schedule's clock)."""
+        return (step + 1) / self.total_steps if self.total_steps else elapsed / self.time_budget
+
 
 @dataclass
 class Job:
@@ -121,6 +126,7 @@ class Job:
     eval_split: str = "valid"  # the `split` of evaluation records in metrics.jsonl
     divergence_hint: str = "lower learning_rate (--set learning_rate=...) and resume or restart"
     saved: tuple[Path, int] | None = None  # the last good checkpoint, named when training diverges
+    on_progress: Callable[[float], None] | None = None  # told the fraction of the run done, before each step
 
 
 @dataclass
@@ -188,9 +194,11 @@ def _train(loop: _Loop) -> tuple[str, bool]:
         if reason is not None:
             return reason, signalled
         # learning rate for this step, from the fraction of the plan done
-        done = (run.step + 1) / plan.total_steps if plan.total_steps else elapsed / plan.time_budget
+        done = plan.progress(run.step, elapsed)
         lr = plan.learning_rate * lr_multiplier(done, plan.warmup_ratio, plan.min_lr_ratio)
         set_learning_rate(job.optimizer, lr)
+        if job.on_progress is not None:  # e.g. the data's sequence-length schedule
+            job.on_progress(done)
         # step: forward and backward over the micro-batches, clip, update
         loop.train_step()
         run.step += 1

@@ -439,29 +439,29 @@ class WindowedInstances:
         docs = self._epoch_windows(epoch)[window]
         return float(self.doc_tokens[docs].sum()) / max(float(self.doc_tokens.sum()), 1.0)
 
-    def instances(self, epoch: int, window: int) -> list[Instance]:
-        cfg = self.cfg
+    def instances(self, epoch: int, window: int, seq_len: int | None = None) -> list[Instance]:
+        cfg, seq_len = self.cfg, seq_len or self.cfg.max_seq_len
         out: list[Instance] = []
         for dupe in range(cfg.dupe_factor):
             rng = random.Random(f"prepared-instances:{cfg.seed}:{epoch}:{window}:{dupe}")
             for d in self._epoch_windows(epoch)[window].tolist():
                 out.extend(
                     _instances_from_document(
-                        self.split, d, cfg.max_seq_len - 3, cfg.short_seq_prob, 0.5, rng, CLS_ID, SEP_ID
+                        self.split, d, seq_len - 3, cfg.short_seq_prob, 0.5, rng, CLS_ID, SEP_ID
                     )
                 )
         return out
 
-    def batches(self, epoch: int, window: int) -> list[list[Instance]]:
+    def batches(self, epoch: int, window: int, shape: tuple[int, int] | None = None) -> list[list[Instance]]:
+        """Window `window` of epoch `epoch` in batches; `shape` = (window length, rows per batch), by
+        default (max_seq_len, batch_size)."""
         # `batches` is seeded by (seed, an int): windows of one epoch get distinct ints.
         key = epoch * 1_000_003 + window
-        if self.cfg.objective == "causal":  # next-word windows of this group of documents
+        cfg = self.cfg
+        seq_len, batch_size = shape or (cfg.max_seq_len, cfg.batch_size)
+        if cfg.objective == "causal":  # next-word windows of this group of documents
             documents = [self.split[d] for d in self._epoch_windows(epoch)[window].tolist()]
-            return causal_batches(documents, self.cfg.max_seq_len, self.cfg.batch_size, self.cfg.seed, key)
+            return causal_batches(documents, seq_len, batch_size, cfg.seed, key)
         return batches(
-            self.instances(epoch, window),
-            self.cfg.batch_size,
-            self.cfg.seed,
-            key,
-            bucket=self.cfg.bucket_by_length,
+            self.instances(epoch, window, seq_len), batch_size, cfg.seed, key, bucket=cfg.bucket_by_length
         )

@@ -53,22 +53,23 @@ class CorpusInstances:
     def window_fraction(self, epoch: int, window: int) -> float:
         return 1.0
 
-    def batches(self, epoch: int, window: int) -> list[list[Instance]]:
+    def batches(self, epoch: int, window: int, shape: tuple[int, int] | None = None) -> list[list[Instance]]:
         cfg = self.cfg
+        seq_len, batch_size = shape or (cfg.max_seq_len, cfg.batch_size)
         if cfg.objective == "causal":
-            return causal_batches(self.tokenized, cfg.max_seq_len, cfg.batch_size, cfg.seed, epoch)
+            return causal_batches(self.tokenized, seq_len, batch_size, cfg.seed, epoch)
         instances = [
             inst
             for dupe in range(cfg.dupe_factor)  # each set pairs and splits the documents afresh
             for inst in create_instances(
                 self.tokenized,
-                cfg.max_seq_len,
+                seq_len,
                 seed=cfg.seed,
                 epoch=epoch * cfg.dupe_factor + dupe,
                 short_seq_prob=cfg.short_seq_prob,
             )
         ]
-        return batches(instances, cfg.batch_size, seed=cfg.seed, epoch=epoch, bucket=cfg.bucket_by_length)
+        return batches(instances, batch_size, seed=cfg.seed, epoch=epoch, bucket=cfg.bucket_by_length)
 
 
 def shard_batch(batch: dict[str, torch.Tensor], rank: int, world_size: int) -> dict[str, torch.Tensor]:
@@ -104,9 +105,10 @@ class BatchStream:
 
     `source` is a tokenized corpus (a list, see `CorpusInstances`) or a `WindowedInstances` over a prepared
     corpus; an epoch is its windows in turn. With `world_size > 1` every rank walks the same global batches
-    and keeps its share (`shard_batch`). Its position (epoch, window, index) plus the collator's generator
-    state is all a resume needs. A source whose whole epoch gives no batch is a NanobertError, never an
-    endless search for one.
+    and keeps its share (`shard_batch`). Each epoch's window length and batch size are chosen when it starts,
+    from the fraction of the run the loop last reported (`set_progress`; `TrainConfig.epoch_shape`). Its
+    position (epoch, window, index, that shape) plus the collator's generator state is all a resume needs. A
+    source whose whole epoch gives no batch is a NanobertError, never an endless search for one.
     """
 
     def __init__(
@@ -120,25 +122,35 @@ class BatchStream:
         self.source = CorpusInstances(source, cfg) if isinstance(source, list) else source
         self.cfg, self.collator, self.rank, self.world_size = cfg, collator, rank, world_size
         self.epoch, self.window, self.index = 0, 0, 0
+        self.progress = 0.0  # the fraction of the run done, as the training loop last said
+        self.shape = cfg.epoch_shape(self.progress)  # this epoch's (window length, batch size)
         self._batches: list | None = None
+
+    def set_progress(self, progress: float) -> None:
+        """Called by the loop before each step; the next epoch to start picks its shape from it."""
+        self.progress = progress
 
     def _load(self) -> list:
         if self._batches is None:
-            self._batches = self.source.batches(self.epoch, self.window)
+            self._batches = self.source.batches(self.epoch, self.window, self.shape)
         return self._batches
 
     def batches_per_epoch(self) -> int:
-        """Exact for an in-memory corpus; for a prepared one, estimated from the current window's share."""
+        """Batches in an epoch of full-length windows and full batches: exact for an in-memory corpus at that
+        shape; for a prepared one, or while a schedule shortens windows or batches, estimated (from the
+        current window's share of the epoch, and the tokens a batch of the current shape holds)."""
         n = len(self._load())
         if n == 0 and self.source.num_windows(self.epoch) == 1:
             raise self._empty_epoch()
+        cfg, (seq_len, rows) = self.cfg, self.shape
+        n *= seq_len * rows / (cfg.max_seq_len * cfg.batch_size)
         return max(1, round(n / self.source.window_fraction(self.epoch, self.window)))
 
     def _empty_epoch(self) -> NanobertError:
         cfg = self.cfg
         return NanobertError(
             f"epoch {self.epoch} of the training data gives no batch (objective {cfg.objective}, "
-            f"max_seq_len={cfg.max_seq_len}); train on more text or pass a smaller --set max_seq_len=..."
+            f"windows of {self.shape[0]} tokens); train on more text or pass a smaller --set max_seq_len=..."
         )
 
     def epochs_done(self, state: dict[str, Any]) -> float:
@@ -157,6 +169,7 @@ class BatchStream:
                 if empty:  # a whole epoch without a batch: looping on would never find one
                     raise self._empty_epoch()
                 self.epoch, self.window, empty = self.epoch + 1, 0, True
+                self.shape = self.cfg.epoch_shape(self.progress)
         batch = self.collator(self._load()[self.index])
         self.index += 1
         batch = shard_batch(batch, self.rank, self.world_size)
@@ -175,12 +188,16 @@ class BatchStream:
             "epoch": self.epoch,
             "window": self.window,
             "index": self.index,
+            "seq_len": self.shape[0],
+            "batch_size": self.shape[1],
             "collator": self.collator.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch, self.index = int(state["epoch"]), int(state["index"])
         self.window = int(state.get("window", 0))  # checkpoints from before windows had one per epoch
+        full = self.cfg.max_seq_len, self.cfg.batch_size  # and before the length and batch-size schedules
+        self.shape = int(state.get("seq_len", full[0])), int(state.get("batch_size", full[1]))
         self._batches = None
         self.collator.load_state_dict(state["collator"])
 

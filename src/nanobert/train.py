@@ -302,6 +302,7 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
         run = RunState.from_dict(s.resume_state["run"])
         restore_rng(s.resume_state["rng"], s.ctx, device, cfg.seed, run.step)
     plan = _plan(cfg, s.stream, stop_after)
+    s.stream.set_progress(plan.progress(run.step, run.train_time))  # a resumed run's, before any prefetch
     train_model = torch.compile(model) if cfg.compile else model  # keep `model` unwrapped for saving
     if s.ctx.enabled:
         device_ids = [device.index] if device.type == "cuda" else None
@@ -333,6 +334,7 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
         metric=objective.metric,
         higher_is_better=objective.higher_is_better,
         saved=(s.resume, run.step) if s.resume is not None else None,
+        on_progress=s.stream.set_progress,
     )
     log = RunLog(s.out_dir, plan.total_steps, run.step, quiet, write=s.ctx.is_main)
     log.say(f"nanobert: precision {why}")
