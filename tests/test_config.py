@@ -46,7 +46,6 @@ def test_explicit_length_replaces_preset_length():
         ({"short_seq_len": 128}, "short_seq_len must be at least 8 and below max_seq_len"),
         ({"short_seq_len": 4}, "short_seq_len must be at least 8"),
         ({"short_seq_len": 64, "short_seq_share": 1.0}, r"short_seq_share must be in \[0, 1\)"),
-        ({"batch_ramp_share": -0.1}, r"batch_ramp_share must be in \[0, 1\)"),
     ],
 )
 def test_a_length_schedule_must_shorten(overrides, message):
@@ -54,10 +53,8 @@ def test_a_length_schedule_must_shorten(overrides, message):
         build_configs("wikitext2-cpu", train_overrides=overrides)
 
 
-def test_the_length_schedule_keeps_tokens_per_step_and_the_ramp_grows_batches():
+def test_the_length_schedule_keeps_tokens_per_step():
     _, train = build_configs("wikitext2-cpu", train_overrides={"short_seq_len": 64, "short_seq_share": 0.5})
     assert [train.epoch_shape(p) for p in (0.0, 0.49, 0.5, 0.9)] == [(64, 64), (64, 64), (128, 32), (128, 32)]
-    _, train = build_configs("wikitext2-cpu", train_overrides={"batch_ramp_share": 0.2})
-    assert [train.epoch_shape(p)[1] for p in (0.0, 0.1, 0.2, 0.9)] == [8, 20, 32, 32]
     _, train = build_configs("wikitext2-cpu")
     assert {train.epoch_shape(p) for p in (0.0, 0.5, 0.99)} == {(128, 32)}  # no schedule: one shape

@@ -82,9 +82,12 @@ def run_fit(tmp_path, job, **plan):
 
 def test_the_loop_learns_logs_every_step_and_evaluates_on_schedule(tmp_path):
     job, saves = make_job(tmp_path)
+    told: list[float] = []  # the data's schedule hears the learning rate's clock before each step
+    job.on_progress = told.append
     outcome, run, records = run_fit(tmp_path, job, total_steps=60, warmup_ratio=0.1, learning_rate=0.3)
     train = [r for r in records if r["split"] == "train"]
     assert [r["step"] for r in train] == list(range(1, 61))
+    assert told == [step / 60 for step in range(1, 61)]
     assert [r["step"] for r in records if r["split"] == "valid"] == list(range(5, 61, 5))
     assert train[-1]["loss"] < 0.05 * train[0]["loss"]  # it learned y = 3x
     for r in train:  # the schedule of the plan, step by step

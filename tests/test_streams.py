@@ -66,15 +66,6 @@ def test_the_length_schedule_switches_at_an_epoch_boundary_and_resumes():
         assert all(torch.equal(want[k], got[k]) for k in want)
 
 
-def test_the_batch_ramp_starts_small_and_plans_epochs_at_full_size():
-    docs = [[[5 + (d * 7 + s) % 40] * (3 + s % 4) for s in range(30)] for d in range(6)]
-    full = BatchStream(docs, TrainConfig(max_seq_len=24, batch_size=8), MaskingCollator(50, seed=3))
-    cfg = TrainConfig(max_seq_len=24, batch_size=8, batch_ramp_share=0.5)
-    ramped = BatchStream(docs, cfg, MaskingCollator(50, seed=3))
-    assert ramped.shape == (24, 2) and max(ramped.next()["input_ids"].shape[0] for _ in range(5)) == 2
-    assert abs(ramped.batches_per_epoch() - full.batches_per_epoch()) <= 1  # what --epochs plans with
-
-
 # ----------------------------------------------------------------------------------------------------------
 # Data too small for a batch: a one-line error, never an endless search for one
 

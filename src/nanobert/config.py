@@ -120,9 +120,6 @@ class TrainConfig:
     # holds as many tokens; later epochs and every evaluation use max_seq_len
     short_seq_len: int | None = None
     short_seq_share: float = 0.0
-    # batch-size ramp: epochs that start in the first batch_ramp_share of the run take batches that grow
-    # linearly from a quarter of the full size, so the first updates come sooner and more often
-    batch_ramp_share: float = 0.0
     dupe_factor: int = 1  # independent NSP instance sets per epoch (Google's dupe_factor), for tiny corpora
     bucket_by_length: bool = True  # length-bucketed batches waste less compute on padding
     pad_to_multiple_of: int = 8  # padded lengths come in few shapes (fewer recompiles, tensor-core sizes)
@@ -173,7 +170,6 @@ class TrainConfig:
                     f"at least 8 and below max_seq_len ({self.max_seq_len}), or None",
                 ),
                 ("short_seq_share", 0.0 <= self.short_seq_share < 1.0, "in [0, 1)"),
-                ("batch_ramp_share", 0.0 <= self.batch_ramp_share < 1.0, "in [0, 1)"),
                 (
                     "checkpoint_interval",
                     self.checkpoint_interval is None or self.checkpoint_interval >= 1,
@@ -194,15 +190,12 @@ class TrainConfig:
     def epoch_shape(self, progress: float) -> tuple[int, int]:
         """(window length, rows per batch) of an epoch that starts when `progress` of the run is done.
 
-        Full length and batch_size unless a schedule above says otherwise; short windows come in
+        Full length and batch_size unless the sequence-length schedule says otherwise; short windows come in
         proportionally more rows, so that a step holds as many tokens."""
         seq_len = self.max_seq_len
         if self.short_seq_len is not None and progress < self.short_seq_share:
             seq_len = self.short_seq_len
-        rows = self.batch_size * self.max_seq_len / seq_len
-        if progress < self.batch_ramp_share:
-            rows *= 0.25 + 0.75 * progress / self.batch_ramp_share
-        return seq_len, max(1, round(rows))
+        return seq_len, self.batch_size * self.max_seq_len // seq_len
 
 
 def _check(what: str, cfg: Any, at_least_one: tuple[str, ...], checks: list[tuple[str, bool, str]]) -> None:

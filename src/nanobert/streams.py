@@ -127,7 +127,8 @@ class BatchStream:
         self._batches: list | None = None
 
     def set_progress(self, progress: float) -> None:
-        """Called by the loop before each step; the next epoch to start picks its shape from it."""
+        """Called by the loop before each step; the next epoch to start picks its shape from it. (A GPU's
+        prefetch thread starts epochs a few batches early; the state it records keeps resumes exact.)"""
         self.progress = progress
 
     def _load(self) -> list:
@@ -136,14 +137,11 @@ class BatchStream:
         return self._batches
 
     def batches_per_epoch(self) -> int:
-        """Batches in an epoch of full-length windows and full batches: exact for an in-memory corpus at that
-        shape; for a prepared one, or while a schedule shortens windows or batches, estimated (from the
-        current window's share of the epoch, and the tokens a batch of the current shape holds)."""
+        """Exact for an in-memory corpus; for a prepared one, estimated from the current window's share. Under
+        the sequence-length schedule it counts the short epoch's batches (as many tokens each: close)."""
         n = len(self._load())
         if n == 0 and self.source.num_windows(self.epoch) == 1:
             raise self._empty_epoch()
-        cfg, (seq_len, rows) = self.cfg, self.shape
-        n *= seq_len * rows / (cfg.max_seq_len * cfg.batch_size)
         return max(1, round(n / self.source.window_fraction(self.epoch, self.window)))
 
     def _empty_epoch(self) -> NanobertError:
