@@ -89,6 +89,11 @@ def main() -> None:
                 preset=args.preset,
                 tokenizer_dir=args.tokenizer,
             )
+            if summary["stop_reason"].startswith("interrupted"):
+                # A signal (Ctrl-C, kill) stops the whole benchmark, not just this seed: a cut-short run is
+                # not a row of the table, and the seeds after it should not start. Finished seeds are kept.
+                print(f"quality.py: seed {seed} was {summary['stop_reason']}; stopping (finished seeds kept)")
+                break
             metrics = evaluate_checkpoint(str(out / "best"), valid_file=args.test, device=str(device))
             # The last step too: when best/ is an earlier step, the table shows what selection cost or saved.
             # When best/ is the last step it is the same checkpoint, so its figures are reused.
@@ -120,6 +125,8 @@ def main() -> None:
                 }
             )
             print(json.dumps(rows[-1]), flush=True)
+    if not rows:
+        raise SystemExit("quality.py: no seed finished; nothing written")
     results = Path(args.results)
     new = not results.exists()
     results.parent.mkdir(parents=True, exist_ok=True)

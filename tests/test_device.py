@@ -60,3 +60,16 @@ def test_auto_precision_is_the_faster_one_measured_here_and_is_cached(tmp_path, 
     assert "shape A" in precision_cache().read_text()
     assert choose_precision("fp32", cpu, step, "shape A") == (None, "fp32, as asked")  # explicit wins
     assert choose_precision("bf16", cpu, step, "shape B")[0] is torch.bfloat16 and calls == []
+
+
+def test_a_close_call_is_not_cached(tmp_path, monkeypatch):
+    # Two precisions within 10% of each other (what a busy machine makes of any two) are measured again.
+    from nanobert.device import choose_precision, precision_cache
+
+    monkeypatch.setenv("NANOBERT_CACHE", str(tmp_path))
+    ticks = iter(range(10_000))
+    monkeypatch.setattr("nanobert.device.time.perf_counter", lambda: next(ticks))  # every step takes 1 "s"
+    calls = []
+    for _ in range(2):
+        choose_precision("auto", torch.device("cpu"), calls.append, "shape C")
+    assert len(calls) == 2 * 8 and not precision_cache().exists()
