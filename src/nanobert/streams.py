@@ -194,7 +194,7 @@ class BatchStream:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch, self.index = int(state["epoch"]), int(state["index"])
         self.window = int(state.get("window", 0))  # checkpoints from before windows had one per epoch
-        full = self.cfg.max_seq_len, self.cfg.batch_size  # and before the length and batch-size schedules
+        full = self.cfg.max_seq_len, self.cfg.batch_size  # and from before the length schedule
         self.shape = int(state.get("seq_len", full[0])), int(state.get("batch_size", full[1]))
         self._batches = None
         self.collator.load_state_dict(state["collator"])
