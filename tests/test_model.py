@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from nanobert.config import MODEL_PRESETS, ModelConfig
 from nanobert.errors import NanobertError
-from nanobert.model import BertForPreTraining, BertForSequenceClassification
+from nanobert.model import BertForPreTraining, BertForSequenceClassification, dropout
 from nanobert.pretraining_data import masked_positions, query_layout
 
 
@@ -58,6 +58,43 @@ def test_explicit_attention_matches_sdpa(tiny_config):
     assert (fast.prediction_logits - slow.prediction_logits).abs().max() < 1e-5
     probs = slow.attentions[0]
     torch.testing.assert_close(probs.sum(-1), torch.ones_like(probs.sum(-1)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_dropout_zeroes_p_of_the_elements_and_scales_the_rest(dtype):
+    """The fast CPU mask (fp32, bf16) and the F.dropout fallback (other dtypes) behave as F.dropout does."""
+    x = torch.ones(301, 997, dtype=dtype, requires_grad=True)  # odd: four 16-bit draws per 64-bit one
+    y = dropout(x, 0.3, training=True)
+    zero = (y == 0).double().mean().item()
+    assert abs(zero - 0.3) < 0.005  # 300k draws: the standard error is 0.0008
+    kept = y[y != 0].detach()
+    assert torch.equal(kept, torch.full_like(kept, 1 / 0.7))  # the scale, rounded to the dtype
+    y.sum().backward()
+    assert torch.equal(x.grad, y.detach())  # the gradient passes through the same mask
+    assert dropout(x, 0.3, training=False) is x and dropout(x, 0.0, training=True) is x
+
+
+def test_dropout_masks_follow_torch_seed_and_differ_between_calls():
+    x = torch.ones(5, 7)  # odd count: the last 64-bit draw is only partly used
+    torch.manual_seed(3)
+    a, b = dropout(x, 0.5, True), dropout(x, 0.5, True)
+    torch.manual_seed(3)
+    assert torch.equal(dropout(x, 0.5, True), a)  # torch.manual_seed and a resumed RNG state fix the masks
+    assert not torch.equal(a, b)
+
+
+def test_attention_dropout_on_cpu_is_the_explicit_math_with_a_mask(tiny_config):
+    """Training with attention dropout takes the explicit softmax path on the CPU; with a probability too
+    small to drop anything it is the fused kernel's function, and with a real one it drops."""
+    ids, tt, am = random_batch(tiny_config, pad_last=3)
+    no_dropout = dataclasses.replace(tiny_config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    plain = BertForPreTraining(no_dropout).train()
+    tiny_p = dataclasses.replace(no_dropout, attention_probs_dropout_prob=1e-9)
+    model = BertForPreTraining(tiny_p).train()
+    model.load_state_dict(plain.state_dict())
+    torch.testing.assert_close(model(ids, tt, am).prediction_logits, plain(ids, tt, am).prediction_logits)
+    model.bert.layers[0].attention.attn_dropout = 0.5
+    assert (model(ids, tt, am).prediction_logits - plain(ids, tt, am).prediction_logits).abs().max() > 1e-3
 
 
 def test_mlm_loss_ignores_minus_100(tiny_config):
