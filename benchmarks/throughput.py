@@ -3,8 +3,10 @@
 Both models get the same config, the same initial weights (through nanobert's key map), the same random
 batches (15% of tokens masked, or `--mask-prob`; 80/10/10 is irrelevant for speed so chosen tokens become
 [MASK]), the same precision (`--precision`: fp32, or bf16 autocast on both sides; default bf16 on CUDA, fp32
-on the CPU) and the same optimizer (AdamW, fused on CUDA). They are timed alternately in rounds after a
-warm-up (which absorbs torch.compile), and the median round is reported.
+on the CPU), the same optimizer (torch's fused AdamW, as nanobert's trainer uses) and the same process, with
+the allocator setting every nanobert job makes on a CPU (`device.keep_freed_memory`), so both sides have it.
+They are timed alternately in rounds after a warm-up (which absorbs torch.compile), and the median round is
+reported.
 
 Utilisation is reported against the dense peak of the same precision: on a CPU that peak is measured by this
 script, in this process, as the best of a few large square matrix multiplies (so "MFU" there means the share
@@ -35,6 +37,7 @@ from contextlib import nullcontext
 import torch
 
 from nanobert.config import MODEL_PRESETS, ModelConfig
+from nanobert.device import resolve_device
 from nanobert.hf_export import to_hf_config, to_hf_state_dict
 from nanobert.model import BertForPreTraining
 from nanobert.pretraining_data import masked_positions, query_layout
@@ -87,8 +90,7 @@ class Side:
         self.name = name
         self.model = model.to(device).train()
         self.module = torch.compile(self.model) if compile_model else self.model
-        fused = device.type == "cuda"
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, fused=fused)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, fused=True)
         self.step_inputs = step_inputs
         self.device, self.amp_dtype = device, amp_dtype
         self.times, self.peak_mem = [], 0
@@ -144,7 +146,7 @@ def main() -> None:
     from transformers import BertConfig
     from transformers import BertForPreTraining as HFBertForPreTraining
 
-    device = torch.device(args.device)
+    device = resolve_device(args.device)
     precision = args.precision or ("bf16" if device.type == "cuda" else "fp32")
     amp_dtype = torch.bfloat16 if precision == "bf16" else None
     peak = args.peak_tflops * 1e12 if device.type == "cuda" else matmul_peak(amp_dtype)

@@ -1,5 +1,7 @@
 """Device and precision choice."""
 
+import platform
+
 import pytest
 import torch
 
@@ -35,6 +37,21 @@ def test_resolve_device_and_autocast_context():
         assert (x @ x.T).dtype == torch.float32
     info = hardware_description(torch.device("cpu"), world_size=2)
     assert info["device"] == "cpu" and info["world_size"] == 2 and info["torch_threads"] >= 1
+
+
+def test_a_cpu_job_keeps_freed_memory_for_reuse(monkeypatch):
+    """resolve_device sets glibc's malloc to keep freed blocks (device.keep_freed_memory) for CPU jobs only."""
+    calls = []
+    monkeypatch.setattr(device, "keep_freed_memory", lambda: calls.append(1) or True)
+    resolve_device("cpu")
+    assert calls == [1]
+    if platform.libc_ver()[0] == "glibc":  # the real call succeeds where mallopt exists
+        monkeypatch.undo()
+        assert device.keep_freed_memory() is True
+        x = torch.full((1024, 1024), 256.0)  # allocating and freeing 4 MiB blocks still works
+        for _ in range(3):
+            x = (x * 1.0).sqrt()
+        assert torch.equal(x, torch.full_like(x, 2.0))
 
 
 def test_auto_precision_is_the_faster_one_measured_here_and_is_cached(tmp_path, monkeypatch):

@@ -57,7 +57,7 @@ def test_the_scheduled_rate_reaches_every_group_times_its_scale(tiny_config):
     assert scales == [0.125, 0.25, 0.5, 1.0]  # embeddings, layer 0, layer 1, pooler and head
     for group in optimizer.param_groups:
         assert group["lr"] == pytest.approx(2e-3 * group["lr_scale"])
-    assert not any(g["fused"] for g in optimizer.param_groups)  # the fused kernel is for CUDA only
+    assert all(g["fused"] for g in optimizer.param_groups)  # torch's fused kernel, on the CPU as on CUDA
     groups = parameter_groups(BertForPreTraining(tiny_config), 0.0)
     assert [len(g["params"]) > 0 for g in groups] == [True, True]
     assert torch.optim.AdamW(groups).param_groups[0]["weight_decay"] == 0.0

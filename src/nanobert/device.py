@@ -9,6 +9,7 @@ torch version, threads and shape; on CUDA it is bf16. An explicit fp32 or bf16 a
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import platform
@@ -26,12 +27,35 @@ from nanobert.errors import NanobertError
 
 
 def resolve_device(name: str) -> torch.device:
-    """'auto' picks CUDA when present; asking for CUDA without one is a user error, not a crash."""
+    """'auto' picks CUDA when present; asking for CUDA without one is a user error, not a crash.
+
+    A CPU job also gets `keep_freed_memory`: every job passes here before it allocates its first tensor."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise NanobertError(f"device {name!r} was asked for but no CUDA GPU is available; use --device cpu")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cpu":
+        keep_freed_memory()
+    return device
+
+
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
+
+
+def keep_freed_memory() -> bool:
+    """Ask glibc's malloc to keep freed blocks of up to 32 MiB for reuse (mallopt), instead of returning
+    them to the system and page-faulting them back in on the next training step.
+
+    By default a multi-megabyte tensor (a weight's bf16 copy, an embedding gradient, an optimizer temporary)
+    gets fresh pages every step, and touching them cost 20% of a `mini` bf16 step and a third of the CPU
+    preset's (benchmarks/README.md, Throughput). The process then keeps memory it has used; it does not use
+    more. A no-op returning False where the C library has no mallopt (macOS, musl)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(M_TRIM_THRESHOLD, 1 << 30))
 
 
 def cpu_has_native_bf16() -> bool:

@@ -292,9 +292,7 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
     """What the loop needs: optimizer, feeder, loss, evaluation and saving, restored from a resume."""
     s, cfg, model, device = setup, setup.cfg, setup.model, setup.device
     betas = (cfg.adam_beta1, cfg.adam_beta2)
-    optimizer = build_optimizer(
-        model, cfg.learning_rate, cfg.weight_decay, betas=betas, eps=cfg.adam_eps, device=device
-    )
+    optimizer = build_optimizer(model, cfg.learning_rate, cfg.weight_decay, betas=betas, eps=cfg.adam_eps)
     run = RunState()
     if s.resume_state is not None:
         optimizer.load_state_dict(s.resume_state["optimizer"])
