@@ -24,8 +24,9 @@ import torch
 
 from nanobert.config import MODEL_PRESETS, ModelConfig
 from nanobert.corpus import read_text_file
-from nanobert.device import autocast_dtype
+from nanobert.device import autocast_dtype, resolve_device
 from nanobert.model import BertForPreTraining
+from nanobert.optim import build_optimizer
 from nanobert.pretraining_data import MaskingCollator, batches, create_instances, query_layout
 from nanobert.tokenizer import encode_documents, train_tokenizer
 
@@ -36,9 +37,9 @@ def peak_rss_mib() -> float:
 
 def measure_train_tokens_per_s(device: str, shape: str, vocab: int, batch_size: int, seq_len: int) -> float:
     """Tokens/s of nanobert training steps on random full-length batches, at the trainer's precision."""
-    dev = torch.device(device)
+    dev = resolve_device(device)  # with the trainer's CPU allocator setting
     model = BertForPreTraining(ModelConfig(vocab_size=vocab, **MODEL_PRESETS[shape])).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
+    opt = build_optimizer(model, 1e-4, 0.0)  # the trainer's optimizer
     ids = torch.randint(5, vocab, (batch_size, seq_len), device=dev)
     labels = torch.where(torch.rand(batch_size, seq_len, device=dev) < 0.15, ids, -100)
     query_positions, positions = (t.to(dev) for t in query_layout(labels.cpu(), 64, 8))
