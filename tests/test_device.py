@@ -40,7 +40,7 @@ def test_resolve_device_and_autocast_context():
 
 
 def test_a_cpu_job_keeps_freed_memory_for_reuse(monkeypatch):
-    """resolve_device sets glibc's malloc to keep freed blocks (device.keep_freed_memory) for CPU jobs only."""
+    """resolve_device sets glibc's malloc to keep freed blocks (keep_freed_memory) for CPU jobs only."""
     calls = []
     monkeypatch.setattr(device, "keep_freed_memory", lambda: calls.append(1) or True)
     resolve_device("cpu")

@@ -72,6 +72,7 @@ def test_dropout_zeroes_p_of_the_elements_and_scales_the_rest(dtype):
     y.sum().backward()
     assert torch.equal(x.grad, y.detach())  # the gradient passes through the same mask
     assert dropout(x, 0.3, training=False) is x and dropout(x, 0.0, training=True) is x
+    assert not dropout(x, 1.0, training=True).any()  # p = 1 drops everything, as F.dropout does
 
 
 def test_dropout_masks_follow_torch_seed_and_differ_between_calls():

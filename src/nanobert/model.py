@@ -42,7 +42,7 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """
     if not training or p == 0.0:
         return x
-    fast = x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16)
+    fast = x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16) and p < 1.0
     if not fast or torch.compiler.is_compiling():
         return F.dropout(x, p, training=True)
     n = x.numel()
