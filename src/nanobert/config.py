@@ -301,26 +301,20 @@ PRESETS: dict[str, dict[str, Any]] = {
     **{name: {"model": dict(shape), "train": {}} for name, shape in MODEL_PRESETS.items()},
     # Memorisation needs no dropout; pre-LN tolerates the high learning rate that makes it quick; the toy
     # corpus yields only ~8 instances an epoch, so dupe_factor builds several independent sets per batch.
-    # The CPU recipe (ablations in benchmarks/README.md): on 2 cores, steps matter more than width. The
-    # 2-layer `tiny` shape makes ~4x the steps of `mini` in the same time and leads it at 10 minutes, as it
-    # leads 4 layers of 128; lr 1e-3 leaves the unigram plateau sooner than `mini`'s 5e-4. Masking 30% of
-    # tokens in training (held-out figures still mask 15%) gives more targets per step and beat 15% on MLM and
-    # NSP; 45% learned more per step but each step costs 1.2-1.46x as much (the vocabulary head and the last
-    # layer run at every masked position), and at equal time it lost to 30%; 60% lost. bf16 (precision auto,
-    # when it measures faster here) about doubles the speed. Dropout off: at 8,000 steps it lifted held-out
-    # accuracy from 0.158 to 0.230 (the model is too small to memorise 217k words in 30 minutes; dropout only
-    # slowed learning) and made each step ~1.7x faster (no random masks, SDPA's fused kernel). Sinusoidal
+    # The CPU recipe (ablations in benchmarks/README.md). Four layers of 128 at 45% training masking (held-out
+    # figures still mask 15%): with bf16 on an AVX512-BF16 EPYC, 2 layers make ~28,000 steps in 30 minutes
+    # (~400 passes over the corpus) and memorise from step ~7,000 (best/ 0.294 MLM accuracy, NSP 0.74); four
+    # layers with harder masking spend the time on capacity (~14,500 steps, 0.309 and NSP 0.80 over 3 seeds).
+    # On a slow AVX2-only CPU, where steps are scarce, the earlier 2-layer, 30%-masking recipe scores more
+    # (0.310 against 0.288 at that budget): there `tiny` made ~4x the steps of `mini` and led it, and
+    # 45% masking (each step 1.2-1.46x dearer) lost to 30% at equal time. lr 1e-3 leaves the unigram plateau
+    # sooner than 5e-4. bf16 (precision auto, when it measures faster here) about doubles the speed. Dropout
+    # off: at 8,000 steps it lifted held-out accuracy from 0.158 to 0.230 (the model is too small to memorise
+    # 217k words in 30 minutes; dropout only slowed learning) and made each step ~1.7x faster. Sinusoidal
     # position init: held-out accuracy sat on a plateau (frequent words) until step 3,000-5,500 with random
     # position rows, and the seed decided when it ended; starting from sines and cosines it climbs from step
-    # ~1,500 (0.189 against 0.132 at step 2,000, two seeds), and at 3x the token rows' spread from step ~1,000
-    # on every seed (0.306 +- 0.002 over 3 seeds at 30 min). Evaluating every 500 steps keeps evaluation,
-    # which counts against the time budget, under 5% of it.
-    # Four layers at 45% masking, not tiny's two at 30%: once the CPU step got fast (bf16 on an AVX512-BF16
-    # EPYC: ~28,000 two-layer steps in 30 minutes, ~400 passes over the corpus), two layers memorise from
-    # step ~7,000 and NSP stays at 0.74-0.76; four layers with harder masking use the same time on capacity
-    # (~14,500 steps, best/ 0.310 MLM accuracy and NSP 0.80 against 0.294 and 0.74). On a slow AVX2-only CPU
-    # (~3,850 four-layer steps) the two-layer recipe scores more (0.310 against 0.288); benchmarks/README.md,
-    # Rounds 10-12.
+    # ~1,500, and at 3x the token rows' spread from step ~1,000 on every seed. Evaluating every 500 steps
+    # keeps evaluation, which counts against the time budget, under 5% of it.
     "wikitext2-cpu": {
         "model": dict(
             MODEL_PRESETS["tiny"],
