@@ -33,6 +33,7 @@ import torch
 
 from nanobert.checkpoint import load_causal_lm, load_pretraining_checkpoint, read_config
 from nanobert.corpus import load_documents
+from nanobert.errors import run_script
 from nanobert.evaluate import (
     eval_instances,
     evaluate_model,
@@ -249,4 +250,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_script("bert_vs_gpt.py", main))

@@ -23,8 +23,9 @@ from pathlib import Path
 import torch
 
 from nanobert.config import MODEL_PRESETS, ModelConfig
-from nanobert.corpus import read_text_file
+from nanobert.corpus import load_documents, read_text_file
 from nanobert.device import autocast_dtype, resolve_device
+from nanobert.errors import run_script
 from nanobert.model import BertForPreTraining
 from nanobert.optim import build_optimizer
 from nanobert.pretraining_data import MaskingCollator, batches, create_instances, query_layout
@@ -83,6 +84,7 @@ def main() -> None:
     p.add_argument("--shape", default="mini", choices=list(MODEL_PRESETS))
     args = p.parse_args()
 
+    load_documents(args.source)  # a missing, binary, non-UTF-8 or empty file: one line and exit 2
     text = Path(args.source).read_text(encoding="utf-8")
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus.txt"
@@ -136,4 +138,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_script("data_pipeline.py", main))

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from nanobert.config import FinetuneConfig
+from nanobert.errors import run_script
 from nanobert.finetune import finetune
 from nanobert.finetune_data import TaskSpec
 
@@ -183,4 +184,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_script("finetune_glue.py", main))

@@ -29,6 +29,8 @@ import threading
 import time
 from pathlib import Path
 
+from nanobert.errors import run_script
+
 
 class PeakMemory:
     """Peak RssAnon (sampled) and VmHWM (kernel-tracked) of this process, in MiB."""
@@ -142,6 +144,9 @@ def main() -> None:
         return
     if args.source is None or args.out is None:
         parser.error("--source and --out are required")
+    from nanobert.corpus import load_documents
+
+    load_documents(args.source)  # a missing, binary, non-UTF-8 or empty file: one line and exit 2
     args.out.mkdir(parents=True, exist_ok=True)
     args.corpus, args.prepared = args.out / "corpus.txt", args.out / "prepared"
     text = args.source.read_bytes()
@@ -183,4 +188,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_script("prepare_scale.py", main))

@@ -16,14 +16,13 @@ import argparse
 import csv
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from nanobert.config import build_configs, parse_overrides
 from nanobert.device import resolve_device
-from nanobert.errors import NanobertError
+from nanobert.errors import run_script
 from nanobert.evaluate import evaluate_checkpoint
 from nanobert.sources import DataSources
 from nanobert.train import pretrain
@@ -144,8 +143,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except NanobertError as e:  # a missing corpus or a bad --set: one line, exit 2, as the CLI does
-        print(f"quality.py: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+    raise SystemExit(run_script("quality.py", main))

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from nanobert.config import QAConfig
-from nanobert.errors import NanobertError
+from nanobert.errors import run_script
 from nanobert.qa import finetune_qa
 
 INITS = ("pretrained", "scratch")
@@ -156,11 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    try:
-        results = [run(args, init) for init in args.inits]
-    except NanobertError as e:
-        print(f"squad.py: error: {e}", file=sys.stderr)
-        return 2
+    results = [run(args, init) for init in args.inits]
     by = {r["init"]: r for r in results}
     gain = None
     if set(by) == set(INITS):
@@ -184,4 +180,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_script("squad.py", main))

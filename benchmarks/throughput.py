@@ -38,6 +38,7 @@ import torch
 
 from nanobert.config import MODEL_PRESETS, ModelConfig
 from nanobert.device import resolve_device
+from nanobert.errors import run_script
 from nanobert.hf_export import to_hf_config, to_hf_state_dict
 from nanobert.model import BertForPreTraining
 from nanobert.pretraining_data import masked_positions, query_layout
@@ -245,4 +246,4 @@ def matmul_peak(dtype: torch.dtype | None, n: int = 2048, repeats: int = 8) -> f
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_script("throughput.py", main))

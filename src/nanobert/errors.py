@@ -5,6 +5,19 @@ unknown preset, a corrupt checkpoint). The CLI catches it, prints its message as
 so users never see a traceback for their own mistakes. Bugs stay ordinary exceptions.
 """
 
+import sys
+from collections.abc import Callable
+
 
 class NanobertError(Exception):
     """A problem with the user's input; the message says what is wrong and what to do."""
+
+
+def run_script(prog: str, main: Callable[[], int | None]) -> int:
+    """A script's exit code for `main()`: a NanobertError prints as one line, `prog: error: ...`, and gives 2,
+    as the `nanobert` CLI does; anything else (a bug) keeps its traceback. For `raise SystemExit(...)`."""
+    try:
+        return main() or 0
+    except NanobertError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,56 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nanobert.errors import NanobertError, run_script
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def test_run_script_turns_a_user_error_into_one_line_and_exit_2(capsys):
+    def main():
+        raise NanobertError("no such file: x.txt; check the path")
+
+    assert run_script("tool.py", main) == 2
+    assert capsys.readouterr().err == "tool.py: error: no such file: x.txt; check the path\n"
+
+
+def test_run_script_passes_exit_codes_through_and_keeps_bugs_loud():
+    assert run_script("tool.py", lambda: None) == 0
+    assert run_script("tool.py", lambda: 3) == 3
+
+    def buggy():
+        raise ZeroDivisionError
+
+    with pytest.raises(ZeroDivisionError):
+        run_script("tool.py", buggy)
+
+
+# Each benchmark script, pointed at something that is not there: the user's mistake, not a bug.
+MISSING = "/nonexistent/wiki.valid.tokens"
+SCRIPT_ARGS = {
+    "quality.py": ["--preset", "toy", "--train", MISSING, "--test", MISSING, "--max-steps", "2", "--keep"],
+    "bert_vs_gpt.py": ["--train", MISSING, "--test", MISSING, "--time-budget", "1", "--out"],
+    "data_pipeline.py": ["--source", MISSING],
+    "prepare_scale.py": ["--source", MISSING, "--out"],
+    "finetune_glue.py": ["/nonexistent/best", "--sst2-dir", "/nonexistent", "--out"],
+    "squad.py": ["/nonexistent/best", "--train", MISSING, "--dev", MISSING, "--out"],
+}
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPT_ARGS))
+def test_benchmark_scripts_answer_a_missing_input_in_one_line_with_exit_2(script, tmp_path):
+    args = SCRIPT_ARGS[script]
+    out = [str(tmp_path / "out")] if args[-1] in ("--out", "--keep") else []
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args, *out],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"{script}: error: ") and "nonexistent" in last
