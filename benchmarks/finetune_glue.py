@@ -28,12 +28,16 @@ import sys
 import time
 from pathlib import Path
 
+from nanobert.checkpoint import read_config
 from nanobert.config import FinetuneConfig
-from nanobert.errors import run_script
+from nanobert.errors import NanobertError, run_script
 from nanobert.finetune import finetune
 from nanobert.finetune_data import TaskSpec
 
 INITS = ("pretrained", "scratch")
+
+SST2_FILES = ("train.tsv", "dev.tsv")  # GLUE's
+TREC_FILES = ("train_5500.label", "TREC_10.label")  # train, test
 
 
 def prepare_trec(trec_dir: Path, out: Path, seed: int) -> dict[str, Path]:
@@ -48,10 +52,10 @@ def prepare_trec(trec_dir: Path, out: Path, seed: int) -> dict[str, Path]:
                 rows.append((" ".join(question.split()), label.split(":")[0]))
         return rows
 
-    train = read("train_5500.label")
+    train = read(TREC_FILES[0])
     random.Random(seed).shuffle(train)
     n_dev = len(train) // 10
-    splits = {"train": train[n_dev:], "dev": train[:n_dev], "test": read("TREC_10.label")}
+    splits = {"train": train[n_dev:], "dev": train[:n_dev], "test": read(TREC_FILES[1])}
     out.mkdir(parents=True, exist_ok=True)
     paths = {}
     for name, rows in splits.items():
@@ -92,10 +96,21 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not args.sst2_dir and not args.trec_dir:
         p.error("give --sst2-dir and/or --trec-dir")
+    # The user's mistakes, each as one line before any work starts (the CLI's rule).
+    for option, directory, names in (
+        ("--sst2-dir", args.sst2_dir, SST2_FILES),
+        ("--trec-dir", args.trec_dir, TREC_FILES),
+    ):
+        missing = [n for n in names if directory and not (directory / n).is_file()]
+        if missing:
+            lacks, need = " or ".join(missing), " and ".join(names)
+            raise NanobertError(f"{option} {directory} has no {lacks}; give the directory of {need}")
+    read_config(args.checkpoint)
 
     tasks = {}  # name -> (files, report split)
     if args.sst2_dir:
-        tasks["sst2"] = ({"train": args.sst2_dir / "train.tsv", "dev": args.sst2_dir / "dev.tsv"}, "dev")
+        train, dev = (args.sst2_dir / name for name in SST2_FILES)
+        tasks["sst2"] = ({"train": train, "dev": dev}, "dev")
     if args.trec_dir:
         tasks["trec6"] = (prepare_trec(args.trec_dir, args.out / "data" / "trec-6", args.seed), "test")
     if args.limit:

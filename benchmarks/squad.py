@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from nanobert.checkpoint import read_config
 from nanobert.config import QAConfig
 from nanobert.errors import run_script
 from nanobert.qa import finetune_qa
@@ -154,6 +155,7 @@ def table(results: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    read_config(args.checkpoint)  # a missing or non-checkpoint CKPT: one line before any work
     if args.threads:
         torch.set_num_threads(args.threads)
     results = [run(args, init) for init in args.inits]

@@ -36,13 +36,14 @@ SCRIPT_ARGS = {
     "data_pipeline.py": ["--source", MISSING],
     "prepare_scale.py": ["--source", MISSING, "--out"],
     "finetune_glue.py": ["/nonexistent/best", "--sst2-dir", "/nonexistent", "--out"],
+    "finetune_glue.py --trec-dir": ["/nonexistent/best", "--trec-dir", "/nonexistent", "--out"],
     "squad.py": ["/nonexistent/best", "--train", MISSING, "--dev", MISSING, "--out"],
 }
 
 
-@pytest.mark.parametrize("script", sorted(SCRIPT_ARGS))
-def test_benchmark_scripts_answer_a_missing_input_in_one_line_with_exit_2(script, tmp_path):
-    args = SCRIPT_ARGS[script]
+@pytest.mark.parametrize("case", sorted(SCRIPT_ARGS))
+def test_benchmark_scripts_answer_a_missing_input_in_one_line_with_exit_2(case, tmp_path):
+    script, args = case.split()[0], SCRIPT_ARGS[case]
     out = [str(tmp_path / "out")] if args[-1] in ("--out", "--keep") else []
     result = subprocess.run(
         [sys.executable, str(BENCHMARKS / script), *args, *out],
@@ -52,5 +53,5 @@ def test_benchmark_scripts_answer_a_missing_input_in_one_line_with_exit_2(script
     )
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
-    last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"{script}: error: ") and "nonexistent" in last
+    (line,) = result.stderr.strip().splitlines()  # nothing before it either: the error comes before any work
+    assert line.startswith(f"{script}: error: ") and "nonexistent" in line
