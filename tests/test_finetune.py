@@ -328,10 +328,10 @@ def test_existing_run_is_not_overwritten(pretrained, tuned, task, capsys):
 
 def test_the_default_learning_rate_learns_a_small_separable_task(tmp_path, capsys):
     """400 examples, separable by one token, 5 epochs (the issue's case): the default learning rate learns it
-    from a checkpoint of the shipped CPU recipe (2 layers of 128). 300 pretraining steps, not fewer: the
-    recipe's position table starts at 3x the token rows' spread, and after 60 or 120 steps it still drowns
-    the one telling token (dev accuracy 0.5 at lr 3e-4 and 1e-4 alike; at 300 steps 1.0 at both). The old
-    default, 1e-4, stayed at chance from the previous recipe's 60-step checkpoint."""
+    from a checkpoint of the shipped CPU recipe at 2 layers of 128 (the preset has 4). 300 pretraining
+    steps, not fewer: the recipe's position table starts at 3x the token rows' spread, and after 60 or 120
+    steps it still drowns the one telling token (dev accuracy 0.5 at lr 3e-4 and 1e-4 alike; at 300 steps
+    1.0 at both). The old default, 1e-4, stayed at chance from the previous recipe's 60-step checkpoint."""
     from nanobert.config import FinetuneConfig
 
     assert FinetuneConfig().learning_rate == 3e-4
