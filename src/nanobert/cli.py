@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from nanobert.errors import NanobertError
+from nanobert.errors import NanobertError, run_script
 
 
 class _Parser(argparse.ArgumentParser):
@@ -731,12 +731,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
+    def run() -> int:
         args = build_parser().parse_args(argv)
         return args.func(args)
-    except NanobertError as e:
-        print(f"nanobert: error: {e}", file=sys.stderr)
-        return 2
+
+    try:
+        return run_script("nanobert", run)  # a NanobertError: one line `nanobert: error: ...`, exit 2
     except KeyboardInterrupt:
         print("nanobert: interrupted", file=sys.stderr)
         return 130

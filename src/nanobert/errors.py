@@ -14,8 +14,8 @@ class NanobertError(Exception):
 
 
 def run_script(prog: str, main: Callable[[], int | None]) -> int:
-    """A script's exit code for `main()`: a NanobertError prints as one line, `prog: error: ...`, and gives 2,
-    as the `nanobert` CLI does; anything else (a bug) keeps its traceback. For `raise SystemExit(...)`."""
+    """The exit code of `main()` for the `nanobert` CLI and the benchmark scripts: a NanobertError prints as
+    one line, `prog: error: ...`, and gives 2; anything else (a bug) keeps its traceback."""
     try:
         return main() or 0
     except NanobertError as e:
