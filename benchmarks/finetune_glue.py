@@ -81,6 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--max-seq-len", type=int, default=128)
     p.add_argument("--dropout", type=float, default=FinetuneConfig.dropout, help="hidden and attention")
+    p.add_argument(
+        "--adapt-epochs",
+        type=int,
+        default=FinetuneConfig.adapt_epochs,
+        help="pretrained init only: epochs of masked-LM on the training text first (task-adaptive "
+        "pretraining)",
+    )
+    p.add_argument("--adapt-learning-rate", type=float, default=FinetuneConfig.adapt_learning_rate)
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--device", default="auto")
     p.add_argument(
@@ -131,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
                     learning_rate=lr,
                     layer_lr_decay=args.layer_lr_decay,
                     dropout=args.dropout,
+                    # the scratch control has no pretrained encoder to adapt
+                    adapt_epochs=args.adapt_epochs if init == "pretrained" else 0,
+                    adapt_learning_rate=args.adapt_learning_rate,
                     max_seq_len=args.max_seq_len,
                     seed=args.seed,
                     device=args.device,
@@ -161,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                         "dev": summary["dev"],
                         "test": summary["test"],
                         "best_epoch": summary["best_epoch"],
+                        "adaptation": summary["adaptation"],
                         "train_time_s": summary["train_time_s"],
                         "wall_time_s": round(time.perf_counter() - start, 1),
                         "out": str(out),
@@ -172,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         "batch_size": args.batch_size,
         "layer_lr_decay": args.layer_lr_decay,
         "dropout": args.dropout,
+        "adapt_epochs": args.adapt_epochs,
+        "adapt_learning_rate": args.adapt_learning_rate,
         "max_seq_len": args.max_seq_len,
         "seed": args.seed,
         "limit": args.limit,

@@ -45,14 +45,15 @@ FLOORS = {
     "evaluate": 6,
     "objectives": 7,  # what differs between the MLM + NSP and the causal pretraining task
     "tuning": 7,  # what every fine-tuning job shares: the encoder, epochs with a dev evaluation, best/
-    # 8: the jobs
-    "train": 8,
-    "finetune": 8,
-    "qa": 8,
-    "serve": 9,  # the browser page, over the jobs' and inference's library calls
-    "cli": 10,  # the command line on top
-    "__main__": 11,
-    "__init__": 11,  # lazy re-exports (importlib), imported by nobody inside the package
+    "adapt": 8,  # task-adaptive masked-LM before fine-tuning, on the shared loop and tuning's encoder copy
+    # 9: the jobs
+    "train": 9,
+    "finetune": 9,
+    "qa": 9,
+    "serve": 10,  # the browser page, over the jobs' and inference's library calls
+    "cli": 11,  # the command line on top
+    "__main__": 12,
+    "__init__": 12,  # lazy re-exports (importlib), imported by nobody inside the package
 }
 # Optional packages, imported inside the function that needs them.
 OPTIONAL = {"datasets", "transformers", "matplotlib", "fastapi", "uvicorn"}

@@ -302,6 +302,16 @@ def _add_finetune(sub) -> None:
     p.add_argument(
         "--max-seq-len", type=int, help="tokens per example incl. [CLS]/[SEP], default 128 (qa: 384)"
     )
+    p.add_argument(
+        "--adapt-epochs",
+        type=int,
+        help="first, epochs of masked-LM on the training file's own text (task-adaptive pretraining); "
+        "default 0 (off); 5 lifts SST-2 (benchmarks/README.md)",
+    )
+    p.add_argument(
+        "--adapt-learning-rate", type=float, help="peak learning rate of --adapt-epochs, default 5e-4"
+    )
+    p.add_argument("--adapt-batch-size", type=_positive_int, help="rows per --adapt-epochs step, default 128")
     p.add_argument("--seed", type=int, help="default 1337")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="default: auto (CUDA when present)")
     p.add_argument(

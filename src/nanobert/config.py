@@ -247,6 +247,11 @@ class FinetuneConfig:
     grad_clip: float = 1.0
     max_seq_len: int = 128  # tokens including [CLS]/[SEP]; longer inputs lose tokens from the longer side
     metric: str | None = None  # the dev metric that picks the best epoch; None = accuracy / pearson
+    # Task-adaptive pretraining (Gururangan et al. 2020, `adapt.py`): before fine-tuning, this many epochs of
+    # masked-LM (15%, 80/10/10) on the training file's own text, labels unused, from the checkpoint. 0 = off.
+    adapt_epochs: int = 0
+    adapt_learning_rate: float = 5e-4  # the CPU pretraining preset's peak is 1e-3; half of it, one group
+    adapt_batch_size: int = 128  # rows per step; batches are length-bucketed, so short rows are cheap
     seed: int = 1337
     device: str = "auto"
     precision: str = "auto"  # auto = bf16 on CUDA; on a CPU the faster of fp32 and bf16, timed
@@ -262,6 +267,9 @@ class FinetuneConfig:
                 ("weight_decay", self.weight_decay >= 0, "non-negative"),
                 ("layer_lr_decay", 0.0 < self.layer_lr_decay <= 1.0, "in (0, 1]"),
                 ("dropout", 0.0 <= self.dropout < 1.0, "in [0, 1)"),
+                ("adapt_epochs", self.adapt_epochs >= 0, "0 (off) or more"),
+                ("adapt_learning_rate", self.adapt_learning_rate > 0, "positive"),
+                ("adapt_batch_size", self.adapt_batch_size >= 1, "at least 1"),
                 ("max_seq_len", self.max_seq_len >= 3, "at least 3 ([CLS], a token, [SEP])"),
             ],
         )

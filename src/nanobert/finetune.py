@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from nanobert.adapt import adapt_encoder, check_adaptation
 from nanobert.checkpoint import (
     SEQUENCE_CLASSIFICATION,
     load_finetuned,
@@ -122,6 +123,7 @@ def finetune(
         raise NanobertError(
             f"metric {metric!r} does not apply to {spec.task}; use one of: {', '.join(METRICS[spec.task])}"
         )
+    check_adaptation(cfg, from_scratch)
     # setup: checkpoint and data first (every error before the output directory is touched), then the model
     pretrained, _ = load_pretraining_checkpoint(checkpoint)
     tokenizer = load_tokenizer(checkpoint)
@@ -135,6 +137,10 @@ def finetune(
             "positions; lower --max-seq-len"
         )
     device = start_run(model, cfg, out_dir, overwrite)
+    adaptation = None
+    if cfg.adapt_epochs:  # masked-LM on the task's own text first (adapt.py)
+        train, dev = splits["train"].data, splits["dev"].data
+        adaptation = adapt_encoder(pretrained, model, tokenizer, train, dev, cfg, out_dir, quiet)
     extra = _checkpoint_extra(spec, labels, splits["train"], cfg, checkpoint, from_scratch)
     # the loop: epochs of shuffled batches, a dev evaluation after each, the best one saved
     job, plan, run, log = _job(model, tokenizer, splits, spec.task, metric, cfg, out_dir, extra, quiet)
@@ -157,6 +163,7 @@ def finetune(
         "dev": {k: best[k] for k in METRICS[spec.task] + (("mse",) if spec.task == "regression" else ())},
         "test": test_metrics,
         "dev_history": run.history,
+        "adaptation": adaptation,
         "files": {k: str(v) if v is not None else None for k, v in files.items()},
         "examples": {k: len(split.data) if split is not None else None for k, split in splits.items()},
         "columns": spec.columns(),

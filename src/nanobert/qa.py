@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from nanobert.adapt import adapt_encoder, check_adaptation
 from nanobert.checkpoint import QUESTION_ANSWERING, load_pretraining_checkpoint, load_qa, load_state_dict
 from nanobert.config import QAConfig, config_to_dict
 from nanobert.device import autocast, autocast_dtype, hardware_description, resolve_device
@@ -32,7 +33,7 @@ from nanobert.errors import NanobertError
 from nanobert.evaluate import evaluating
 from nanobert.finetune_data import Encoded, length_sorted_batches
 from nanobert.metrics import squad_scores
-from nanobert.model import BertForQuestionAnswering
+from nanobert.model import BertForPreTraining, BertForQuestionAnswering
 from nanobert.qa_data import Answer, QAExample, QAFeatures, best_answers, featurize, read_squad
 from nanobert.run_log import write_summary
 from nanobert.tokenizer import load_tokenizer
@@ -162,12 +163,14 @@ def finetune_qa(
     wall_start = time.perf_counter()
     cfg, out_dir = cfg or QAConfig(), Path(out_dir)
     files = {"train": train_file, "dev": dev_file, "test": test_file}
+    check_adaptation(cfg, from_scratch)
     # setup: checkpoint and data first (every error before the output directory is touched), then the model
     pretrained, saved = load_pretraining_checkpoint(checkpoint)
     tokenizer = load_tokenizer(checkpoint)
     splits, features = _qa_data(files, tokenizer, cfg, pretrained.config.max_position_embeddings)
     model = with_encoder(pretrained, BertForQuestionAnswering, from_scratch, cfg.seed, cfg.dropout)
     device = start_run(model, cfg, out_dir, overwrite)
+    adaptation = _adapt(pretrained, model, tokenizer, splits["dev"], features, cfg, out_dir, quiet)
     extra = {
         "task": "qa",
         "version_2_with_negative": is_version_2(splits["train"]) or is_version_2(splits["dev"]),
@@ -208,6 +211,7 @@ def finetune_qa(
         "dev": {k: best[k] for k in ("exact_match", "f1")},
         "test": test_metrics,
         "dev_history": run.history,
+        "adaptation": adaptation,
         "files": {k: str(v) if v is not None else None for k, v in files.items()},
         "examples": {k: len(v) for k, v in splits.items() if v is not None}
         | {"train_windows": len(features)},
@@ -217,6 +221,25 @@ def finetune_qa(
     write_summary(out_dir, summary)
     log.say(f"nanobert: best dev F1 {best['f1']:.2f} at epoch {best['epoch']}; model in {out_dir / 'best'}")
     return summary
+
+
+def _adapt(
+    pretrained: BertForPreTraining,
+    model: BertForQuestionAnswering,
+    tokenizer: Any,
+    dev: list[QAExample],
+    features: QAFeatures,
+    cfg: QAConfig,
+    out_dir: Path,
+    quiet: bool,
+) -> dict[str, Any] | None:
+    """With `cfg.adapt_epochs`: masked-LM on the training windows first (adapt.py), scored on the dev
+    questions' windows; None otherwise."""
+    if not cfg.adapt_epochs:
+        return None
+    dev_features = featurize(dev, tokenizer, cfg.max_seq_len, cfg.doc_stride, cfg.max_query_length)
+    rows = [Encoded(f.input_ids, f.token_type_ids) for f in (features, dev_features)]
+    return adapt_encoder(pretrained, model, tokenizer, *rows, cfg, out_dir, quiet)
 
 
 def _window_note(saved: dict, cfg: QAConfig, from_scratch: bool) -> str | None:

@@ -55,11 +55,17 @@ def with_encoder(
     config = dataclasses.replace(pretrained.config, **overrides)
     model = head_model(config)
     if not from_scratch:
-        state = pretrained.bert.state_dict()
-        if model.bert.pooler is None:
-            state = {k: v for k, v in state.items() if not k.startswith("pooler.")}
-        model.bert.load_state_dict(state)  # the MLM/NSP heads are not carried over
+        copy_encoder(pretrained, model)
     return model
+
+
+def copy_encoder(pretrained: BertForPreTraining, model: torch.nn.Module) -> None:
+    """`pretrained`'s encoder (and pooler, where the task model has one) into `model.bert`; the MLM and NSP
+    heads stay behind."""
+    state = pretrained.bert.state_dict()
+    if model.bert.pooler is None:
+        state = {k: v for k, v in state.items() if not k.startswith("pooler.")}
+    model.bert.load_state_dict(state)
 
 
 def start_run(model: torch.nn.Module, cfg: FinetuneConfig, out_dir: Path, overwrite: bool) -> torch.device:
@@ -150,4 +156,4 @@ def epoch_job(
     return job, plan, run, log
 
 
-__all__ = ["epoch_job", "record_test", "start_run", "with_encoder"]
+__all__ = ["copy_encoder", "epoch_job", "record_test", "start_run", "with_encoder"]
