@@ -13,6 +13,17 @@ def tiny_config() -> ModelConfig:
     return ModelConfig(**TINY_MODEL)
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models gain nothing from intra-op threads, and on a busy CPU the threads' contention makes each
+    step ten times slower; modules that train many tiny models use one thread
+    (`pytestmark = pytest.mark.usefixtures("one_thread")`)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -17,13 +17,7 @@ from nanobert.finetune_data import Encoded, TaskSpec, load_split
 from nanobert.model import IGNORE_INDEX
 from nanobert.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, load_tokenizer
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: threads only contend (see test_finetune)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

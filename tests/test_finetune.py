@@ -55,14 +55,7 @@ def assert_one_line_error(code, err, *needles):
         assert needle in err, err
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    # Tiny models gain nothing from intra-op threads, and on a busy CPU the threads' contention makes each
-    # step ten times slower; one thread keeps this file at a few seconds.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: a few seconds for this file
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ from nanobert.device import choose_precision
 from nanobert.engine import Job, Plan, RunState, fit, precision_step, shape_key
 from nanobert.errors import NanobertError
 from nanobert.evaluate import evaluate_model
-from nanobert.finetune_data import Encoded
+from nanobert.finetune_data import Encoded, ExampleStream
 from nanobert.model import BertForPreTraining
 from nanobert.optim import build_optimizer
 from nanobert.pretraining_data import Instance, MaskingCollator
@@ -52,7 +52,7 @@ def check_adaptation(cfg: FinetuneConfig, from_scratch: bool) -> None:
         )
 
 
-class MaskedRows:
+class MaskedRows(ExampleStream):
     """Endless masked batches of encoded task rows, for the adaptation loop.
 
     Each epoch is a fresh order (a pure function of seed and epoch): rows sorted by length with random ties,
@@ -61,34 +61,18 @@ class MaskedRows:
     """
 
     def __init__(self, data: Encoded, batch_size: int, seed: int, vocab_size: int):
-        self.data, self.batch_size, self.seed = data, batch_size, seed
         self.lengths = np.array([len(ids) for ids in data.input_ids])
         self.collator = MaskingCollator(vocab_size, mask_prob=MASK_PROB, seed=seed, pad_to_multiple_of=8)
-        self.epoch, self.index = 1, 0
-        self._order = self._batches()
+        super().__init__(data, batch_size, seed)
 
-    def _batches(self) -> list[np.ndarray]:
-        rng = np.random.default_rng([self.seed, self.epoch])
+    def batches(self, epoch: int) -> list[np.ndarray]:
+        rng = np.random.default_rng([self.seed, epoch])
         order = np.lexsort((rng.random(len(self.lengths)), self.lengths))
         batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         return [batches[i] for i in rng.permutation(len(batches))]
 
-    def batches_per_epoch(self) -> int:
-        return len(self._order)
-
-    def next(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        if self.index >= len(self._order):
-            self.epoch, self.index = self.epoch + 1, 0
-            self._order = self._batches()
-        batch = masked_batch(self.data, self._order[self.index], self.collator)
-        self.index += 1
-        return batch, self.state_dict()
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "index": self.index}
-
-    def close(self) -> None:
-        pass
+    def collate(self, index: np.ndarray) -> dict[str, torch.Tensor]:
+        return masked_batch(self.data, index, self.collator)
 
 
 def masked_batch(data: Encoded, index: np.ndarray, collator: MaskingCollator) -> dict[str, torch.Tensor]:

@@ -237,7 +237,15 @@ class ExampleStream:
     def __init__(self, data: Encoded, batch_size: int, seed: int):
         self.data, self.batch_size, self.seed = data, batch_size, seed
         self.epoch, self.index = 1, 0  # epochs count from 1, as the dev records do
-        self._order = train_batches(len(data), batch_size, seed, self.epoch)
+        self._order = self.batches(self.epoch)
+
+    def batches(self, epoch: int) -> list[np.ndarray]:
+        """Epoch `epoch`'s batches of row indices (a subclass may order them otherwise)."""
+        return train_batches(len(self.data), self.batch_size, self.seed, epoch)
+
+    def collate(self, index: np.ndarray) -> dict[str, torch.Tensor]:
+        """The batch of rows `index` (a subclass may mask them)."""
+        return collate(self.data, index)
 
     def batches_per_epoch(self) -> int:
         return len(self._order)
@@ -245,8 +253,8 @@ class ExampleStream:
     def next(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         if self.index >= len(self._order):
             self.epoch, self.index = self.epoch + 1, 0
-            self._order = train_batches(len(self.data), self.batch_size, self.seed, self.epoch)
-        batch = collate(self.data, self._order[self.index])
+            self._order = self.batches(self.epoch)
+        batch = self.collate(self._order[self.index])
         self.index += 1
         return batch, self.state_dict()
 
