@@ -1,6 +1,8 @@
 """Task-adaptive pretraining before fine-tuning: masked batches, the adapted encoder, its records, errors."""
 
 import json
+import os
+import signal
 
 import numpy as np
 import pytest
@@ -129,6 +131,27 @@ def test_adaptation_of_the_from_scratch_control_or_a_negative_count_is_a_one_lin
     assert not (tmp_path / "ft").exists()
     with pytest.raises(NanobertError, match="adapt_learning_rate must be positive"):
         FinetuneConfig(adapt_learning_rate=0)
+
+
+def test_an_interrupt_during_adaptation_ends_the_job_before_fine_tuning(
+    pretrained, task, tmp_path, capsys, monkeypatch
+):
+    collate = MaskedRows.collate
+
+    def interrupted(self, index):  # Ctrl-C arrives during the first adaptation step
+        if self.index == 0 and self.epoch == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        return collate(self, index)
+
+    monkeypatch.setattr(MaskedRows, "collate", interrupted)
+    argv = ["finetune", pretrained, "--train", task[0], "--dev", task[1], "--text-col", "sentence",
+            "--label-col", "label", "--adapt-epochs", 2, "--device", "cpu", "--precision", "fp32",
+            "--out", tmp_path / "ft"]  # fmt: skip
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 130, err
+    assert "adaptation stopped at step 1" in err and err.endswith("nanobert: interrupted")
+    assert (tmp_path / "ft" / "adapt" / "best" / "model.safetensors").is_file()  # what it adapted is kept
+    assert not (tmp_path / "ft" / "best").exists()  # and no fine-tuning started
 
 
 def test_qa_adapts_on_its_training_windows_and_scores_the_dev_windows(tmp_path, capsys):
