@@ -4,15 +4,16 @@ Gururangan et al. (2020), "Don't Stop Pretraining", continue masked-LM pretraini
 a task's training set (TAPT) before fine-tuning, and find it helps most where the pretraining corpus and the
 task differ. Ours differ a lot: the CPU recipe pretrains on 217k words of Wikipedia, and SST-2's training
 file holds 67k phrases from film reviews (935k word pieces), in a vocabulary whose sentiment words the
-pretraining text rarely uses. Five epochs of it lift SST-2 dev accuracy from the CPU preset's checkpoint from
-0.810 to 0.820 (three fine-tuning seeds, benchmarks/README.md).
+pretraining text rarely uses. Five epochs of it lift SST-2 dev accuracy from the CPU preset's checkpoints
+from 0.801 to 0.816 (9 runs, every one better; TREC-6 +0.016; benchmarks/README.md).
 
 `adapt_encoder` trains the checkpoint's BertForPreTraining on the task's encoded training rows, masked the
 standard way (15%, 80/10/10, a fresh draw every batch; the [CLS] A [SEP] (B [SEP]) layout the task uses;
 labels and NSP unused) for `cfg.adapt_epochs` epochs through the loop every job runs, scores masked-LM
 accuracy on fixed masks of held-out rows (the dev file's; only reported, nothing is chosen by them) before
-and after, and copies the adapted encoder into the task model. OUT/adapt/ records it like a pretraining run: metrics.jsonl and best/, a pretraining checkpoint of the
-adapted model that fill-mask, attention and the other tools read.
+and after, and copies the adapted encoder into the task model. OUT/adapt/ records it like a pretraining
+run: metrics.jsonl and best/, a pretraining checkpoint of the adapted model that fill-mask, attention and
+the other tools read.
 """
 
 from __future__ import annotations
