@@ -152,6 +152,11 @@ def test_an_interrupt_during_adaptation_ends_the_job_before_fine_tuning(
     assert "adaptation stopped at step 1" in err and err.endswith("nanobert: interrupted")
     assert (tmp_path / "ft" / "adapt" / "best" / "model.safetensors").is_file()  # what it adapted is kept
     assert not (tmp_path / "ft" / "best").exists()  # and no fine-tuning started
+    adapted = load_state_dict(tmp_path / "ft" / "adapt" / "best")
+    code, _, err = run_cli(capsys, *argv)  # the same command again must not replace it unasked
+    assert_one_line_error(code, err, "already holds a run", "--overwrite")
+    again = load_state_dict(tmp_path / "ft" / "adapt" / "best")
+    assert all(torch.equal(adapted[k], again[k]) for k in adapted)
 
 
 def test_qa_adapts_on_its_training_windows_and_scores_the_dev_windows(tmp_path, capsys):

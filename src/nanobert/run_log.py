@@ -20,7 +20,8 @@ from nanobert.errors import NanobertError
 METRICS_NAME = "metrics.jsonl"
 SUMMARY_NAME = "summary.json"
 CURVES_NAME = "curves.png"
-RUN_ARTEFACTS = (METRICS_NAME, SUMMARY_NAME, "best", "last")  # what marks a directory as holding a run
+# What marks a directory as holding a run ("adapt": a fine-tuning run's adaptation, even one interrupted)
+RUN_ARTEFACTS = (METRICS_NAME, SUMMARY_NAME, "best", "last", "adapt")
 
 
 def prepare_out_dir(out_dir: Path, overwrite: bool, *, resumable: bool = True, create: bool = True) -> None:
