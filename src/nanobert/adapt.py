@@ -18,7 +18,7 @@ the other tools read.
 
 from __future__ import annotations
 
-import random
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from nanobert.model import BertForPreTraining
 from nanobert.optim import build_optimizer
 from nanobert.pretraining_data import Instance, MaskingCollator
 from nanobert.run_log import RunLog, prepare_out_dir
-from nanobert.tuning import copy_encoder
+from nanobert.tuning import copy_encoder, seed_run
 
 MASK_PROB = 0.15  # BERT's standard rate: adaptation polishes a model, it does not pretrain one fast
 WARMUP_RATIO = TrainConfig.warmup_ratio  # pretraining's
@@ -76,10 +76,14 @@ class MaskedRows(ExampleStream):
         return masked_batch(self.data, index, self.collator)
 
 
+def rows_as_instances(data: Encoded, index: Iterable[int]) -> list[Instance]:
+    """Rows `index` of `data` in the shape the masking collator takes (their NSP label, 0, goes unused)."""
+    return [Instance(data.input_ids[i], data.token_type_ids[i], 0) for i in index]
+
+
 def masked_batch(data: Encoded, index: np.ndarray, collator: MaskingCollator) -> dict[str, torch.Tensor]:
-    """Rows `index` of `data`, padded and masked; the NSP label the collator adds is dropped (unused)."""
-    rows = [Instance(data.input_ids[i], data.token_type_ids[i], 0) for i in index]
-    batch = collator(rows)
+    """Rows `index` of `data`, padded and masked, for training: without the NSP label (the loss has none)."""
+    batch = collator(rows_as_instances(data, index))
     batch.pop("next_sentence_label")
     return batch
 
@@ -90,15 +94,11 @@ def mlm_loss(model: BertForPreTraining, batch: dict[str, torch.Tensor]) -> dict[
 
 
 def held_out_batches(rows: Encoded, batch_size: int, vocab_size: int) -> list[dict[str, torch.Tensor]]:
-    """Fixed masks of `rows` for before-and-after scoring, with a dummy NSP label (`evaluate_model` wants one;
-    its NSP figures are dropped)."""
+    """Fixed masks of `rows` for before-and-after scoring. They keep the collator's dummy NSP label
+    (`evaluate_model` wants one; its NSP figures are dropped)."""
     collator = MaskingCollator(vocab_size, mask_prob=MASK_PROB, seed=EVAL_SEED)
-    batches = []
-    for start in range(0, len(rows), batch_size):
-        batch = masked_batch(rows, np.arange(start, min(start + batch_size, len(rows))), collator)
-        unused = torch.zeros(len(batch["input_ids"]), dtype=torch.long)
-        batches.append({**batch, "next_sentence_label": unused})
-    return batches
+    starts = range(0, len(rows), batch_size)
+    return [collator(rows_as_instances(rows, range(i, min(i + batch_size, len(rows))))) for i in starts]
 
 
 def adapt_encoder(
@@ -133,8 +133,7 @@ def adapt_encoder(
         )
         raise KeyboardInterrupt
     copy_encoder(pretrained, model)
-    random.seed(cfg.seed)  # fine-tuning draws (dropout, shuffles) as they would be without adaptation
-    torch.manual_seed(cfg.seed)
+    seed_run(cfg.seed)  # fine-tuning draws (dropout, shuffles) as they would be without adaptation
     return {
         "epochs": cfg.adapt_epochs,
         "steps": run.step,

@@ -75,9 +75,14 @@ def start_run(model: torch.nn.Module, cfg: FinetuneConfig, out_dir: Path, overwr
     device = resolve_device(cfg.device)
     model.to(device)
     prepare_out_dir(out_dir, overwrite, resumable=False)
-    random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)  # dropout
+    seed_run(cfg.seed)
     return device
+
+
+def seed_run(seed: int) -> None:
+    """Python's and torch's generators (dropout, shuffles) as a fine-tuning run starts them."""
+    random.seed(seed)
+    torch.manual_seed(seed)
 
 
 def record_test(log: RunLog, run: RunState, metrics: dict[str, float], digits: int) -> None:
@@ -156,4 +161,4 @@ def epoch_job(
     return job, plan, run, log
 
 
-__all__ = ["copy_encoder", "epoch_job", "record_test", "start_run", "with_encoder"]
+__all__ = ["copy_encoder", "epoch_job", "record_test", "seed_run", "start_run", "with_encoder"]
