@@ -34,9 +34,10 @@ def pretrain(tmp_path, out, *extra):
     return main(argv)
 
 
-def test_smoke_run_writes_every_artefact(tmp_path, capsys):
+@pytest.mark.parametrize("average", [[], ["--set", "ema_decay=0.9"]], ids=["", "ema"])
+def test_smoke_run_writes_every_artefact(tmp_path, capsys, average):
     run = tmp_path / "run"
-    assert pretrain(tmp_path, run, "--max-steps", "7") == 0
+    assert pretrain(tmp_path, run, "--max-steps", "7", *average) == 0
     printed = json.loads(capsys.readouterr().out)
     for ckpt in ("best", "last"):
         for name in ARTEFACTS:
@@ -61,9 +62,10 @@ def test_smoke_run_writes_every_artefact(tmp_path, capsys):
 
 
 SCHEDULE = ["short_seq_len=16", "short_seq_share=0.6"]
+AVERAGE = ["ema_decay=0.9"]  # last/ then holds the average, and its trainer state the model's own weights
 
 
-@pytest.mark.parametrize("schedule", [[], SCHEDULE], ids=["", "short-windows-first"])
+@pytest.mark.parametrize("schedule", [[], SCHEDULE, AVERAGE], ids=["", "short-windows-first", "ema"])
 def test_resume_reproduces_the_uninterrupted_run(tmp_path, schedule):
     full, split = tmp_path / "full", tmp_path / "split"
     # dropout draws from the RNG the checkpoint restores; with the schedule the switch to full-length
@@ -91,7 +93,8 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, schedule):
         data = torch.load(split / "last" / "trainer_state.pt", weights_only=False)["data"]
         return data["seq_len"], data["batch_size"]
 
-    assert shape() == ((16, 24) if schedule else (48, 8))  # short windows, 3x the rows: as many tokens
+    short = schedule == SCHEDULE  # short windows, 3x the rows: as many tokens
+    assert shape() == ((16, 24) if short else (48, 8))
     assert main(["pretrain", "--resume", str(split / "last"), "--quiet"]) == 0
 
     def losses(run):
