@@ -2,8 +2,7 @@
 
 These pin the loop's contract for every job: the schedule reaches every group, micro-batches add up to the
 big batch, evaluations pick best/ in either direction, early stopping, divergence stops before saving, a
-signal ends the run with a resumable last/, a time budget ends it on time, and a weight average is what
-evaluations and checkpoints see.
+signal ends the run with a resumable last/, and a time budget ends it on time.
 """
 
 import json
@@ -17,7 +16,7 @@ from torch import nn
 
 from nanobert.engine import Job, Plan, RunState, fit
 from nanobert.errors import NanobertError
-from nanobert.optim import WeightAverage, build_optimizer, lr_multiplier
+from nanobert.optim import build_optimizer, lr_multiplier
 from nanobert.run_log import RunLog, read_records
 
 
@@ -131,35 +130,6 @@ def test_best_follows_the_metric_in_its_direction(tmp_path, higher_is_better, be
     _, run, _ = run_fit(tmp_path, job, total_steps=20)
     assert run.best_step == best_step
     assert [s for s in saves if s[0] == "best"][-1][1] == best_step
-
-
-def test_a_weight_average_is_what_evaluations_and_checkpoints_see(tmp_path):
-    job, _ = make_job(tmp_path)
-    job.average = WeightAverage(job.model, 0.5)
-    weights = lambda: torch.cat([p.detach().flatten() for p in job.model.parameters()]).clone()  # noqa: E731
-    online = []  # the model's own weights after 0, 1, ..., 9 steps (told before each step)
-    job.on_progress = lambda _: online.append(weights())
-    evaluated, saved = {}, {}
-    evaluate, save = job.evaluate, job.save
-    job.evaluate = lambda: evaluated.setdefault(len(evaluated), weights()) is not None and evaluate()
-
-    def record(name, run, state):
-        saved[(name, run.step)] = (weights(), state)
-        return save(name, run, state)
-
-    job.save = record
-    run_fit(tmp_path, job, total_steps=10, eval_interval=5)
-    last_weights, last_state = saved[("last", 10)]
-    online.append(torch.cat([w.flatten() for w in last_state["online_weights"]]))
-    average = [online[0]]
-    for step in range(10):  # TensorFlow's warmed-up decay: min(decay, (1 + step) / (10 + step))
-        decay = min(0.5, (1 + step) / (10 + step))
-        average.append(decay * average[-1] + (1 - decay) * online[step + 1])
-    assert torch.allclose(evaluated[0], average[5]) and torch.allclose(evaluated[1], average[10])
-    assert torch.allclose(last_weights, average[10]) and not torch.allclose(last_weights, online[10])
-    assert torch.allclose(weights(), average[10])  # the job goes on with the weights it was told about
-    best_step = max(step for name, step in saved if name == "best")
-    assert torch.allclose(saved[("best", best_step)][0], average[best_step])
 
 
 def test_early_stopping_after_patience_evaluations_without_a_better_one(tmp_path):

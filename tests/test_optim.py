@@ -1,12 +1,11 @@
-"""The optimizer every job uses: parameter groups (weight decay, layer-wise rates), the schedule and the
-weight average."""
+"""The optimizer every job uses: parameter groups (weight decay, layer-wise rates) and the schedule."""
 
 import pytest
 import torch
 
 from nanobert.config import ModelConfig
 from nanobert.model import BertForPreTraining, BertForSequenceClassification
-from nanobert.optim import WeightAverage, build_optimizer, lr_multiplier, parameter_groups, set_learning_rate
+from nanobert.optim import build_optimizer, lr_multiplier, parameter_groups, set_learning_rate
 
 
 def test_lr_schedule_is_warmup_then_linear_decay():
@@ -62,26 +61,3 @@ def test_the_scheduled_rate_reaches_every_group_times_its_scale(tiny_config):
     groups = parameter_groups(BertForPreTraining(tiny_config), 0.0)
     assert [len(g["params"]) > 0 for g in groups] == [True, True]
     assert torch.optim.AdamW(groups).param_groups[0]["weight_decay"] == 0.0
-
-
-def test_a_weight_average_is_applied_for_a_while_and_the_model_gets_its_own_weights_back(tiny_config):
-    model = BertForPreTraining(tiny_config)
-    own = [p.detach().clone() for p in model.parameters()]
-    average = WeightAverage(model, 0.9)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(1.0)
-    average.update(model, step=1000)  # the warm-up is over: decay 0.9, so the average moved by 0.1
-
-    def holds(shift):
-        return all(torch.allclose(p, o + shift) for p, o in zip(model.parameters(), own, strict=True))
-
-    with average.applied(model):
-        with average.applied(model):  # nested (a save inside an evaluation): applied once
-            assert holds(0.1)
-        assert holds(0.1)
-        online = average.online_weights(model)
-        assert all(torch.allclose(w, o + 1.0) for w, o in zip(online, own, strict=True))
-    assert holds(1.0)
-    with pytest.raises(ValueError):
-        WeightAverage(model, 1.0)

@@ -134,9 +134,6 @@ class TrainConfig:
     warmup_ratio: float = 0.06  # share of the planned steps spent warming up linearly
     min_lr_ratio: float = 0.0  # the linear decay ends at learning_rate * min_lr_ratio
     grad_clip: float = 1.0
-    # > 0: evaluate and save an exponential moving average of the weights with this decay (0.999 averages
-    # over roughly the last 1,000 steps); the resumable last/ keeps the model's own weights besides
-    ema_decay: float = 0.0
     # length (at most one set; none set means the preset's choice)
     max_steps: int | None = None
     epochs: float | None = None
@@ -167,7 +164,6 @@ class TrainConfig:
                 ("objective", self.objective in OBJECTIVES, "mlm_nsp or causal"),
                 ("max_seq_len", self.max_seq_len >= 8, "at least 8"),
                 ("mask_prob", 0.0 < self.mask_prob < 1.0, "in (0, 1)"),
-                ("ema_decay", 0.0 <= self.ema_decay < 1.0, "in [0, 1) (0: no average)"),
                 (
                     "short_seq_len",
                     self.short_seq_len is None or 8 <= self.short_seq_len < self.max_seq_len,

@@ -34,7 +34,7 @@ from torch import nn
 from nanobert.device import autocast
 from nanobert.distributed import Distributed
 from nanobert.errors import NanobertError
-from nanobert.optim import WeightAverage, lr_multiplier, set_learning_rate
+from nanobert.optim import lr_multiplier, set_learning_rate
 from nanobert.run_log import RunLog
 
 
@@ -127,9 +127,6 @@ class Job:
     divergence_hint: str = "lower learning_rate (--set learning_rate=...) and resume or restart"
     saved: tuple[Path, int] | None = None  # the last good checkpoint, named when training diverges
     on_progress: Callable[[float], None] | None = None  # told the fraction of the run done, before each step
-    # a moving average of the weights, updated every step: evaluations, best/ and last/ use it (last/ also
-    # keeps the model's own weights in its trainer state, for the resume)
-    average: WeightAverage | None = None
 
 
 @dataclass
@@ -290,8 +287,6 @@ class _Loop:
             torch.nn.utils.clip_grad_norm_(job.model.parameters(), self.plan.grad_clip)
         job.optimizer.step()
         job.optimizer.zero_grad(set_to_none=True)
-        if job.average is not None:
-            job.average.update(job.model, self.run.step)
         self.window_steps += 1
 
     def log_window(self, lr: float) -> None:
@@ -321,15 +316,10 @@ class _Loop:
         self.sums, self.window_steps, self.window_tokens, self.window_start = {}, 0, 0, time.perf_counter()
 
     def evaluate(self) -> dict[str, float]:
-        """Held-out metrics now (of the averaged weights, where the job keeps an average); a new best is
-        saved as best/."""
-        if not all_finite(self.job.model):
-            raise self.diverged("non-finite weights")
-        with self.averaged():
-            return self._evaluate()
-
-    def _evaluate(self) -> dict[str, float]:
+        """Held-out metrics now; a new best is saved as best/."""
         job, run = self.job, self.run
+        if not all_finite(job.model):
+            raise self.diverged("non-finite weights")
         metrics = job.ctx.on_main(job.evaluate)
         value = metrics[job.metric]
         if not math.isfinite(value):
@@ -359,17 +349,10 @@ class _Loop:
         if self.plan.resumable:
             rng_states = job.ctx.gather(rng_state(job.device))  # every rank's, for an exact resume
             state = trainer_state(job.optimizer, self.data_state, self.run, rng_states)
-            if job.average is not None:  # the checkpoint holds the average; training goes on from these
-                state["online_weights"] = job.average.online_weights(job.model)
-        with self.averaged():
-            path = job.save(name, self.run, state) if job.ctx.is_main else Path(name)
+        path = job.save(name, self.run, state) if job.ctx.is_main else Path(name)
         job.ctx.barrier()
         if name == "last" or not self.plan.resumable:  # what a divergence message can point to
             job.saved = (path, self.run.step)
-
-    def averaged(self):
-        """The weights evaluations and checkpoints see: the moving average where the job keeps one."""
-        return nullcontext() if self.job.average is None else self.job.average.applied(self.job.model)
 
     def diverged(self, what: str) -> NanobertError:
         saved = self.job.saved
@@ -395,8 +378,6 @@ class _Loop:
             self.evaluate()
         if self.plan.resumable:
             self.save("last")
-        if self.job.average is not None:  # the model the job goes on with is the one that was evaluated
-            self.job.average.copy_to(self.job.model)
         return Outcome(reason, self.last_metrics, signalled, self.data_state)
 
 

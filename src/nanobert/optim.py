@@ -4,14 +4,10 @@ Weight decay goes on matrices and embeddings only, never on biases and LayerNorm
 `AdamWeightDecayOptimizer` excludes them by name; here they are the 1-D parameters). Layer-wise
 learning-rate decay (ELECTRA, Clark et al. 2020, appendix) optionally scales each group's rate by its depth
 below the top of the encoder. The schedule is linear warmup then linear decay, as in BERT, as a pure
-function of the fraction of the run done. `WeightAverage` keeps an exponential moving average of the
-weights, which evaluation and checkpoints can use instead of the last step's.
+function of the fraction of the run done.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -94,68 +90,4 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr * group.get("lr_scale", 1.0)
 
 
-class WeightAverage:
-    """An exponential moving average of a model's parameters (Polyak averaging; Kaddour 2022 found the
-    average of recent weights ahead of the weights themselves through BERT pretraining).
-
-    `update` after each optimizer step; inside `applied(model)` the model holds the averaged weights (for an
-    evaluation or a save) and gets its own back afterwards. The decay is warmed up as TensorFlow's
-    `ExponentialMovingAverage(num_updates=...)` does, `min(decay, (1 + step) / (10 + step))`, so that early
-    averages are not dominated by the initial weights; it depends only on the step, so a resume that
-    restores the average continues it exactly.
-    """
-
-    def __init__(self, model: nn.Module, decay: float):
-        if not 0.0 < decay < 1.0:
-            raise ValueError(f"decay {decay} must be in (0, 1)")
-        self.decay = decay
-        with torch.no_grad():
-            self.average = [p.detach().clone() for p in model.parameters()]
-        self._held: list[torch.Tensor] | None = None  # the model's own weights while the average is applied
-
-    @torch.no_grad()
-    def update(self, model: nn.Module, step: int) -> None:
-        """Fold in the weights after optimizer step `step` (0-based)."""
-        decay = min(self.decay, (1 + step) / (10 + step))
-        for average, p in zip(self.average, model.parameters(), strict=True):
-            average.lerp_(p.detach(), 1.0 - decay)
-
-    @contextmanager
-    def applied(self, model: nn.Module) -> Iterator[None]:
-        """The averaged weights in `model` for the duration; nested uses apply them once."""
-        if self._held is not None:
-            yield
-            return
-        params = list(model.parameters())
-        self._held = [p.detach().clone() for p in params]
-        self.copy_to(model)
-        try:
-            yield
-        finally:
-            with torch.no_grad():
-                for p, own in zip(params, self._held, strict=True):
-                    p.copy_(own)
-            self._held = None
-
-    @torch.no_grad()
-    def copy_to(self, model: nn.Module) -> None:
-        """The averaged weights into `model`, for good."""
-        for p, average in zip(model.parameters(), self.average, strict=True):
-            p.copy_(average)
-
-    def online_weights(self, model: nn.Module) -> list[torch.Tensor]:
-        """The model's own (not averaged) weights, whether or not the average is applied: what a resume
-        trains on from."""
-        if self._held is not None:
-            return [w.clone() for w in self._held]
-        return [p.detach().clone() for p in model.parameters()]
-
-    @torch.no_grad()
-    def resume(self, model: nn.Module, online: list[torch.Tensor]) -> None:
-        """Continue a run whose checkpoint holds the averaged weights (now in `model`, and so in the average)
-        and its own weights `online`, which go back into the model."""
-        for p, own in zip(model.parameters(), online, strict=True):
-            p.copy_(own)
-
-
-__all__ = ["WeightAverage", "build_optimizer", "lr_multiplier", "parameter_groups", "set_learning_rate"]
+__all__ = ["build_optimizer", "lr_multiplier", "parameter_groups", "set_learning_rate"]

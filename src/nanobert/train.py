@@ -61,7 +61,7 @@ from nanobert.errors import NanobertError
 from nanobert.evaluate import evaluate_model
 from nanobert.model import BertForPreTraining, BertLMHeadModel
 from nanobert.objectives import OBJECTIVES, Objective, collator, eval_batches, sample_batch
-from nanobert.optim import WeightAverage, build_optimizer
+from nanobert.optim import build_optimizer
 from nanobert.plots import plot_curves
 from nanobert.prepare import WindowedInstances
 from nanobert.pretraining_data import nsp_documents
@@ -299,11 +299,6 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
         s.stream.load_state_dict(s.resume_state["data"])
         run = RunState.from_dict(s.resume_state["run"])
         restore_rng(s.resume_state["rng"], s.ctx, device, cfg.seed, run.step)
-    average = None
-    if cfg.ema_decay > 0:  # starts from the checkpoint's weights, which are a resumed run's average
-        average = WeightAverage(model, cfg.ema_decay)
-        if s.resume_state is not None and "online_weights" in s.resume_state:
-            average.resume(model, s.resume_state["online_weights"])
     plan = _plan(cfg, s.stream, stop_after)
     s.stream.set_progress(plan.progress(run.step, run.train_time))  # a resumed run's, before any prefetch
     train_model = torch.compile(model) if cfg.compile else model  # keep `model` unwrapped for saving
@@ -338,7 +333,6 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
         higher_is_better=objective.higher_is_better,
         saved=(s.resume, run.step) if s.resume is not None else None,
         on_progress=s.stream.set_progress,
-        average=average,
     )
     log = RunLog(s.out_dir, plan.total_steps, run.step, quiet, write=s.ctx.is_main)
     log.say(f"nanobert: precision {why}")
