@@ -16,7 +16,6 @@ columns), `metrics.jsonl` (train logs and one dev record per epoch) and `summary
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -32,8 +31,8 @@ from nanobert.checkpoint import (
     load_state_dict,
 )
 from nanobert.config import FinetuneConfig, config_to_dict
-from nanobert.device import autocast, autocast_dtype, hardware_description, resolve_device
-from nanobert.engine import Job, Plan, RunState, fit, run_summary
+from nanobert.device import autocast, autocast_dtype, resolve_device
+from nanobert.engine import Job, Plan, RunState, fit
 from nanobert.errors import NanobertError
 from nanobert.evaluate import evaluating
 from nanobert.finetune_data import (
@@ -48,10 +47,10 @@ from nanobert.finetune_data import (
 )
 from nanobert.metrics import compute_metrics
 from nanobert.model import BertForPreTraining, BertForSequenceClassification
-from nanobert.run_log import RunLog, write_summary
+from nanobert.run_log import RunLog
 from nanobert.tabular import Column, detect_format, read_table, write_table
 from nanobert.tokenizer import encode_pairs, load_tokenizer
-from nanobert.tuning import epoch_job, record_test, start_run, with_encoder
+from nanobert.tuning import epoch_job, record_test, start_run, with_encoder, write_run_summary
 
 METRICS = {"classification": ("accuracy", "macro_f1", "mcc"), "regression": ("pearson", "spearman")}
 
@@ -152,7 +151,7 @@ def finetune(
         outputs = model_outputs(model, splits["test"].data, device, job.amp_dtype, cfg.eval_batch_size)
         test_metrics = compute_metrics(spec.task, outputs, splits["test"].data.labels)
         record_test(log, run, test_metrics, digits=4)
-    summary = {
+    task_fields = {
         "out": str(out_dir),
         "checkpoint": str(checkpoint),
         "init": extra["init"],
@@ -162,15 +161,13 @@ def finetune(
         "best_epoch": best["epoch"],
         "dev": {k: best[k] for k in METRICS[spec.task] + (("mse",) if spec.task == "regression" else ())},
         "test": test_metrics,
-        "dev_history": run.history,
-        "adaptation": adaptation,
-        "files": {k: str(v) if v is not None else None for k, v in files.items()},
         "examples": {k: len(split.data) if split is not None else None for k, split in splits.items()},
         "columns": spec.columns(),
-        **run_summary(run, outcome, wall_start, model, hardware_description(device)),
-        "finetune": dataclasses.asdict(cfg),
     }
-    write_summary(out_dir, summary)
+    summary = write_run_summary(
+        out_dir, task_fields, run=run, outcome=outcome, wall_start=wall_start, model=model, device=device,
+        cfg=cfg, files=files, adaptation=adaptation,
+    )  # fmt: skip
     log.say(
         f"nanobert: best dev {metric} {best[metric]:.4f} at epoch {best['epoch']}, {run.train_time:.0f} s; "
         f"model in {out_dir / 'best'}"

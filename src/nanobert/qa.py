@@ -27,17 +27,16 @@ import torch
 from nanobert.adapt import adapt_encoder, check_adaptation
 from nanobert.checkpoint import QUESTION_ANSWERING, load_pretraining_checkpoint, load_qa, load_state_dict
 from nanobert.config import QAConfig, config_to_dict
-from nanobert.device import autocast, autocast_dtype, hardware_description, resolve_device
-from nanobert.engine import fit, run_summary
+from nanobert.device import autocast, autocast_dtype, resolve_device
+from nanobert.engine import fit
 from nanobert.errors import NanobertError
 from nanobert.evaluate import evaluating
 from nanobert.finetune_data import Encoded, length_sorted_batches
 from nanobert.metrics import squad_scores
 from nanobert.model import BertForPreTraining, BertForQuestionAnswering
 from nanobert.qa_data import Answer, QAExample, QAFeatures, best_answers, featurize, read_squad
-from nanobert.run_log import write_summary
 from nanobert.tokenizer import load_tokenizer
-from nanobert.tuning import epoch_job, record_test, start_run, with_encoder
+from nanobert.tuning import epoch_job, record_test, start_run, with_encoder, write_run_summary
 
 
 class QAModel:
@@ -202,7 +201,7 @@ def finetune_qa(
     if splits["test"] is not None:
         test_metrics = qa.score(splits["test"])
         record_test(log, run, test_metrics, digits=2)
-    summary = {
+    task_fields = {
         "out": str(out_dir),
         "checkpoint": str(checkpoint),
         "init": extra["init"],
@@ -210,15 +209,13 @@ def finetune_qa(
         "best_epoch": best["epoch"],
         "dev": {k: best[k] for k in ("exact_match", "f1")},
         "test": test_metrics,
-        "dev_history": run.history,
-        "adaptation": adaptation,
-        "files": {k: str(v) if v is not None else None for k, v in files.items()},
         "examples": {k: len(v) for k, v in splits.items() if v is not None}
         | {"train_windows": len(features)},
-        **run_summary(run, outcome, wall_start, model, hardware_description(device)),
-        "finetune": dataclasses.asdict(cfg),
     }
-    write_summary(out_dir, summary)
+    summary = write_run_summary(
+        out_dir, task_fields, run=run, outcome=outcome, wall_start=wall_start, model=model, device=device,
+        cfg=cfg, files=files, adaptation=adaptation,
+    )  # fmt: skip
     log.say(f"nanobert: best dev F1 {best['f1']:.2f} at epoch {best['epoch']}; model in {out_dir / 'best'}")
     return summary
 

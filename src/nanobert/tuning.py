@@ -1,7 +1,7 @@
 """What every fine-tuning job shares: an encoder taken from a pretraining checkpoint (or its from-scratch
 control), the start of the run (device, output directory, seeds), the loop's setup for epochs of shuffled
-examples with a dev evaluation after each epoch and the best epoch saved as best/, and the record of the best
-epoch's test scores.
+examples with a dev evaluation after each epoch and the best epoch saved as best/, the record of the best
+epoch's test scores, and the part of summary.json every task writes.
 
 `finetune.py` (classification and regression) and `qa.py` (extractive question answering) differ only in
 their head, their data, their loss and their dev metric; they hand those to `epoch_job` and run the loop
@@ -21,12 +21,12 @@ import torch
 
 from nanobert.checkpoint import save_checkpoint
 from nanobert.config import FinetuneConfig, ModelConfig
-from nanobert.device import choose_precision, resolve_device
-from nanobert.engine import Job, Plan, RunState, precision_step, shape_key
+from nanobert.device import choose_precision, hardware_description, resolve_device
+from nanobert.engine import Job, Outcome, Plan, RunState, precision_step, run_summary, shape_key
 from nanobert.finetune_data import Encoded, ExampleStream, collate
 from nanobert.model import BertForPreTraining
 from nanobert.optim import build_optimizer
-from nanobert.run_log import RunLog, prepare_out_dir
+from nanobert.run_log import RunLog, prepare_out_dir, write_summary
 
 
 def with_encoder(
@@ -89,6 +89,33 @@ def record_test(log: RunLog, run: RunState, metrics: dict[str, float], digits: i
     """The best epoch's scores on the test file: a metrics.jsonl record and a line of `digits` decimals."""
     log.record({"split": "test", "step": run.step, "epoch": run.best()["epoch"], **metrics})
     log.say("test (best epoch): " + "  ".join(f"{k} {v:.{digits}f}" for k, v in metrics.items()))
+
+
+def write_run_summary(
+    out_dir: Path,
+    task_fields: dict[str, Any],
+    *,
+    run: RunState,
+    outcome: Outcome,
+    wall_start: float,
+    model: torch.nn.Module,
+    device: torch.device,
+    cfg: FinetuneConfig,
+    files: dict[str, str | Path | None],
+    adaptation: dict | None,
+) -> dict[str, Any]:
+    """summary.json of a fine-tuning run: the task's own fields (scores, examples, ...) first, then what every
+    task reports: the dev history, the adaptation, the files, the loop's summary and the config. Returned."""
+    summary = {
+        **task_fields,
+        "dev_history": run.history,
+        "adaptation": adaptation,
+        "files": {k: str(v) if v is not None else None for k, v in files.items()},
+        **run_summary(run, outcome, wall_start, model, hardware_description(device)),
+        "finetune": dataclasses.asdict(cfg),
+    }
+    write_summary(out_dir, summary)
+    return summary
 
 
 def epoch_job(
@@ -161,4 +188,12 @@ def epoch_job(
     return job, plan, run, log
 
 
-__all__ = ["copy_encoder", "epoch_job", "record_test", "seed_run", "start_run", "with_encoder"]
+__all__ = [
+    "copy_encoder",
+    "epoch_job",
+    "record_test",
+    "seed_run",
+    "start_run",
+    "with_encoder",
+    "write_run_summary",
+]
