@@ -132,6 +132,37 @@ def test_best_follows_the_metric_in_its_direction(tmp_path, higher_is_better, be
     assert [s for s in saves if s[0] == "best"][-1][1] == best_step
 
 
+@pytest.mark.parametrize(
+    "higher_is_better, values, margin, best_step",
+    [
+        # within the margin of the best so far, a later evaluation takes best/
+        (True, [0.30, 0.32, 0.315, 0.318, 0.30], 0.006, 20),
+        # the reference stays the best seen: 0.315 then 0.31 then 0.305 each trail the last by 0.005, but
+        # 0.31 and 0.305 trail 0.32 by 0.01 or more, so best/ does not walk downhill
+        (True, [0.32, 0.315, 0.31, 0.305], 0.006, 10),
+        (False, [5.0, 4.8, 4.85, 4.9, 4.78], 0.1, 25),
+        (False, [5.0, 4.8, 4.85, 4.95], 0.1, 15),
+        (True, [0.3, 0.3, 0.29], 0.0, 5),  # no margin: the first of equals, as before
+    ],
+)
+def test_a_margin_lets_a_later_evaluation_within_it_take_best(
+    tmp_path, higher_is_better, values, margin, best_step
+):
+    job, saves = make_job(tmp_path, values, higher_is_better)
+    job.best_margin = margin
+    _, run, _ = run_fit(tmp_path, job, total_steps=5 * len(values))
+    best_seen = max(values) if higher_is_better else min(values)
+    assert (run.best_step, run.best_value) == (best_step, best_seen)
+    assert [s for s in saves if s[0] == "best"][-1][1] == best_step
+    replayed = RunState(history=list(run.history))  # a resume finds the same best/ from the history
+    replayed.choose_best("error", higher_is_better, margin)
+    assert (replayed.best_step, replayed.best_value, replayed.evals_since_best) == (
+        run.best_step,
+        run.best_value,
+        run.evals_since_best,
+    )
+
+
 def test_early_stopping_after_patience_evaluations_without_a_better_one(tmp_path):
     job, _ = make_job(tmp_path, [0.5, 0.6, 0.7, 0.8, 0.1])
     outcome, run, _ = run_fit(tmp_path, job, total_steps=100, early_stopping_patience=2)

@@ -108,6 +108,20 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, schedule):
     assert best(split) == best(full)
 
 
+def test_best_margin_reaches_the_runs_choice_of_best(tmp_path, capsys):
+    """A margin as wide as the metric's range lets every evaluation take best/, so best/ is the last one."""
+    run = tmp_path / "run"
+    assert pretrain(tmp_path, run, "--max-steps", "12", "--set", "best_margin=0.99") == 0
+    summary = json.loads((run / "summary.json").read_text())
+    best, last = (json.loads((run / k / "config.json").read_text()) for k in ("best", "last"))
+    assert [r["step"] for r in read_metrics(run) if r["split"] == "valid"] == [5, 10, 12]
+    assert summary["best"]["step"] == best["step"] == 12
+    assert last["train"]["best_margin"] == pytest.approx(0.99)  # a resume keeps the run's rule
+    capsys.readouterr()
+    assert main(["pretrain", "--train", "x.txt", "--set", "best_margin=-0.1"]) == 2
+    assert "best_margin must be in [0, 1), got -0.1" in capsys.readouterr().err
+
+
 def test_time_budget_ends_the_run(tmp_path):
     run = tmp_path / "run"
     assert pretrain(tmp_path, run, "--time-budget", "3") == 0

@@ -46,7 +46,7 @@ class RunState:
     train_time: float = 0.0  # seconds spent in the loop (the time budget counts these)
     tokens_seen: int = 0
     best_value: float | None = None  # the best held-out value of the job's selection metric so far
-    best_step: int | None = None
+    best_step: int | None = None  # the step best/ holds: the best, or a later one within the job's margin
     evals_since_best: int = 0
     history: list[dict] = field(default_factory=list)  # every evaluation: {"step": ..., **metrics}
 
@@ -63,16 +63,33 @@ class RunState:
     def best(self) -> dict | None:
         return next((h for h in self.history if h["step"] == self.best_step), None)
 
-    def choose_best(self, metric: str, higher_is_better: bool) -> None:
-        """best_value, best_step and evals_since_best from the history by `metric`, so that a resumed run
-        keeps its best by the metric this version selects with (earlier versions used the loss)."""
+    def choose_best(self, metric: str, higher_is_better: bool, margin: float = 0.0) -> None:
+        """best_value, best_step and evals_since_best from the history by `metric`, replayed through `offer`,
+        so that a resumed run keeps the best/ the loop would have kept by this version's rule."""
         scored = [h for h in self.history if isinstance(h.get(metric), int | float)]
         if not scored:
             return
-        pick = max if higher_is_better else min
-        best = pick(scored, key=lambda h: h[metric])  # the first of equals, as the loop keeps it
-        self.best_value, self.best_step = best[metric], best["step"]
-        self.evals_since_best = sum(h["step"] > best["step"] for h in self.history)
+        self.best_value, self.best_step, self.evals_since_best = None, None, 0
+        for h in scored:
+            self.offer(h["step"], h[metric], higher_is_better, margin)
+        self.evals_since_best = sum(h["step"] > self.best_step for h in self.history)
+
+    def offer(self, step: int, value: float, higher_is_better: bool, margin: float) -> bool:
+        """Whether the evaluation at `step` takes best/: a new best does, and so does one that trails the
+        best value so far by less than `margin` (0: only a new best). best_value stays the best seen, so a
+        run of small declines cannot walk best/ downhill. Why a margin: late in a run the held-out metric is
+        flat within its sampling noise, and among evaluations it cannot tell apart the later one has
+        trained longer at a lower learning rate."""
+        sign = 1.0 if higher_is_better else -1.0
+        new_best = self.best_value is None or sign * (value - self.best_value) > 0
+        takes = new_best or sign * (value - self.best_value) > -margin
+        if new_best:
+            self.best_value = value
+        if takes:
+            self.best_step, self.evals_since_best = step, 0
+        else:
+            self.evals_since_best += 1
+        return takes
 
 
 @dataclass
@@ -123,6 +140,7 @@ class Job:
     ctx: Distributed = field(default_factory=Distributed)
     metric: str = "mlm_accuracy"
     higher_is_better: bool = True
+    best_margin: float = 0.0  # an evaluation this close to the best so far takes best/ too (RunState.offer)
     eval_split: str = "valid"  # the `split` of evaluation records in metrics.jsonl
     divergence_hint: str = "lower learning_rate (--set learning_rate=...) and resume or restart"
     saved: tuple[Path, int] | None = None  # the last good checkpoint, named when training diverges
@@ -167,7 +185,7 @@ class SignalRecorder:
 def fit(job: Job, plan: Plan, run: RunState, log: RunLog) -> Outcome:
     """Train until the plan, --stop-after, a signal or early stopping ends the run; then finish it: a final
     evaluation if the last step had none, and a resumable last/ (saved at once after a signal)."""
-    run.choose_best(job.metric, job.higher_is_better)
+    run.choose_best(job.metric, job.higher_is_better, job.best_margin)
     loop = _Loop(job, plan, run, log)
     job.model.train()  # a resumed model was loaded in eval mode: dropout back on
     # From here to the end of the run, SIGINT / SIGTERM are only recorded: they end the run at the next step
@@ -329,14 +347,8 @@ class _Loop:
         self.log.say(
             f"{job.eval_split} step {run.step}: " + "  ".join(f"{k} {_fmt(v)}" for k, v in metrics.items())
         )
-        better = run.best_value is None or (
-            value > run.best_value if job.higher_is_better else value < run.best_value
-        )
-        if better:
-            run.best_value, run.best_step, run.evals_since_best = value, run.step, 0
+        if run.offer(run.step, value, job.higher_is_better, job.best_margin):
             self.save("best")
-        else:
-            run.evals_since_best += 1
         self.last_metrics = metrics
         return metrics
 

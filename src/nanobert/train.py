@@ -331,6 +331,7 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
         ctx=s.ctx,
         metric=objective.metric,
         higher_is_better=objective.higher_is_better,
+        best_margin=cfg.best_margin,
         saved=(s.resume, run.step) if s.resume is not None else None,
         on_progress=s.stream.set_progress,
     )
