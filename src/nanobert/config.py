@@ -320,7 +320,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # The CPU recipe (ablations in benchmarks/README.md). Four layers of 128 at 45% training masking (held-out
     # figures still mask 15%): with bf16 on an AVX512-BF16 EPYC, 2 layers make ~28,000 steps in 30 minutes
     # (~400 passes over the corpus) and memorise from step ~7,000 (best/ 0.294 MLM accuracy, NSP 0.74); four
-    # layers with harder masking spend the time on capacity (~14,500 steps, 0.309 and NSP 0.80 over 3 seeds).
+    # layers with harder masking spend the time on capacity (~14,500 steps; best/ 0.306, NSP 0.806, 3 seeds).
     # On a slow AVX2-only CPU, where steps are scarce, the earlier 2-layer, 30%-masking recipe scores more
     # (0.310 against 0.288 at that budget): there `tiny` made ~4x the steps of `mini` and led it, and
     # 45% masking (each step 1.2-1.46x dearer) lost to 30% at equal time. lr 1e-3 leaves the unigram plateau
