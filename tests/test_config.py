@@ -58,3 +58,31 @@ def test_the_length_schedule_keeps_tokens_per_step():
     assert [train.epoch_shape(p) for p in (0.0, 0.49, 0.5, 0.9)] == [(64, 64), (64, 64), (128, 32), (128, 32)]
     _, train = build_configs("wikitext2-cpu")
     assert {train.epoch_shape(p) for p in (0.0, 0.5, 0.99)} == {(128, 32)}  # no schedule: one shape
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("adam_beta1", 1.5, r"adam_beta1 must be in \[0, 1\)"),
+        ("adam_beta2", -0.1, r"adam_beta2 must be in \[0, 1\)"),
+        ("adam_eps", -1.0, "adam_eps must be positive"),
+        ("adam_eps", float("nan"), "adam_eps must be positive"),
+        ("eval_batch_size", 0, "eval_batch_size must be at least 1"),
+        ("tokenizer_min_frequency", -3, "tokenizer_min_frequency must be 0 or more"),
+        ("weight_decay", -1.0, "weight_decay must be 0 or more"),
+        ("min_lr_ratio", 5.0, r"min_lr_ratio must be in \[0, 1\]"),
+        ("grad_clip", -1.0, "grad_clip must be 0"),
+        ("early_stopping_patience", 0, "early_stopping_patience must be at least 1"),
+        ("learning_rate", float("nan"), "learning_rate must be positive"),
+    ],
+)
+def test_optimiser_and_data_settings_are_range_checked(field, value, message):
+    """Each would otherwise fail later, inside torch or tokenizers, with a traceback (or train silently
+    wrong): AdamW's own checks, range(0, n, 0), a negative count handed to Rust."""
+    with pytest.raises(NanobertError, match=message):
+        build_configs("toy", train_overrides={field: value})
+
+
+def test_a_nan_model_setting_is_refused():
+    with pytest.raises(NanobertError, match="initializer_range"):
+        build_configs("toy", model_overrides={"initializer_range": float("nan")})

@@ -81,7 +81,8 @@ class ModelConfig:
             )
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise NanobertError(f"model config: pad_token_id {self.pad_token_id} is outside the vocabulary")
-        if self.layer_norm_eps <= 0 or self.initializer_range <= 0 or self.position_embedding_scale <= 0:
+        # written as "not > 0" so that NaN fails too
+        if not (self.layer_norm_eps > 0 and self.initializer_range > 0 and self.position_embedding_scale > 0):
             raise NanobertError(
                 "model config: layer_norm_eps, initializer_range and position_embedding_scale must be "
                 "positive"
@@ -163,7 +164,14 @@ class TrainConfig:
         _check(
             "train config",
             self,
-            ("batch_size", "grad_accum_steps", "dupe_factor", "eval_interval", "log_interval"),
+            (
+                "batch_size",
+                "grad_accum_steps",
+                "dupe_factor",
+                "eval_interval",
+                "eval_batch_size",
+                "log_interval",
+            ),
             [
                 ("objective", self.objective in OBJECTIVES, "mlm_nsp or causal"),
                 ("max_seq_len", self.max_seq_len >= 8, "at least 8"),
@@ -180,6 +188,15 @@ class TrainConfig:
                     "at least 1 (or None)",
                 ),
                 ("vocab_size", self.vocab_size > 5, "larger than the 5 special tokens"),
+                ("tokenizer_min_frequency", self.tokenizer_min_frequency >= 0, "0 or more"),
+                ("adam_beta1", 0.0 <= self.adam_beta1 < 1.0, "in [0, 1)"),
+                ("adam_beta2", 0.0 <= self.adam_beta2 < 1.0, "in [0, 1)"),
+                ("min_lr_ratio", 0.0 <= self.min_lr_ratio <= 1.0, "in [0, 1]"),
+                (
+                    "early_stopping_patience",
+                    self.early_stopping_patience is None or self.early_stopping_patience >= 1,
+                    "at least 1 (or None)",
+                ),
                 ("best_margin", 0.0 <= self.best_margin < 1.0, "in [0, 1)"),
                 ("max_steps", self.max_steps is None or self.max_steps >= 1, "at least 1"),
                 ("epochs", self.epochs is None or self.epochs > 0, "positive"),
@@ -206,12 +223,15 @@ class TrainConfig:
 def _check(what: str, cfg: Any, at_least_one: tuple[str, ...], checks: list[tuple[str, bool, str]]) -> None:
     """Raise NanobertError naming the first field whose check failed: `what: name must be want, got value`.
 
-    Besides `checks`, the fields in `at_least_one` must be at least 1, and every config's learning rate,
-    warmup ratio and precision must make sense.
+    Besides `checks`, the fields in `at_least_one` must be at least 1, and every config's optimiser
+    settings and precision must make sense (each check is written so that NaN fails it).
     """
     checks = [(name, getattr(cfg, name) >= 1, "at least 1") for name in at_least_one] + [
         ("learning_rate", cfg.learning_rate > 0, "positive"),
         ("warmup_ratio", 0.0 <= cfg.warmup_ratio < 1.0, "in [0, 1)"),
+        ("weight_decay", cfg.weight_decay >= 0, "0 or more"),
+        ("adam_eps", cfg.adam_eps > 0, "positive"),
+        ("grad_clip", cfg.grad_clip >= 0, "0 (off) or more"),
         ("precision", cfg.precision in PRECISIONS, "auto, fp32 or bf16"),
         *checks,
     ]
@@ -269,7 +289,6 @@ class FinetuneConfig:
             self,
             ("epochs", "batch_size", "eval_batch_size", "log_interval"),
             [
-                ("weight_decay", self.weight_decay >= 0, "non-negative"),
                 ("layer_lr_decay", 0.0 < self.layer_lr_decay <= 1.0, "in (0, 1]"),
                 ("dropout", 0.0 <= self.dropout < 1.0, "in [0, 1)"),
                 ("adapt_epochs", self.adapt_epochs >= 0, "0 (off) or more"),
