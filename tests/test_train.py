@@ -120,6 +120,15 @@ def test_best_margin_reaches_the_runs_choice_of_best(tmp_path, capsys):
     capsys.readouterr()
     assert main(["pretrain", "--train", "x.txt", "--set", "best_margin=-0.1"]) == 2
     assert "best_margin must be in [0, 1), got -0.1" in capsys.readouterr().err
+    # A resume under another rule would name a best/ that is not the one on disk: refused, the run untouched.
+    for change in ("best_margin=0", "max_seq_len=32", "eval_seed=5"):
+        resume = ["pretrain", "--resume", str(run / "last"), "--max-steps", "14", "--set", change]
+        assert main(resume) == 2, change
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "cannot change" in err and change.split("=")[0] in err
+    assert json.loads((run / "summary.json").read_text()) == summary
+    assert main(["pretrain", "--resume", str(run / "last"), "--max-steps", "14", "--quiet",
+                 "--set", "best_margin=0.99"]) == 0  # fmt: skip
 
 
 def test_time_budget_ends_the_run(tmp_path):

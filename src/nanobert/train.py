@@ -412,6 +412,12 @@ def _finish(
     return summary
 
 
+# What the held-out scores of a run and its choice of best/ depend on: changed in the middle of a run, the
+# evaluations before and after would measure different things, and the history's replay (`choose_best`)
+# would no longer name the best/ on disk.
+HELD_OUT_FIELDS = ("objective", "max_seq_len", "eval_seed", "eval_batch_size", "best_margin")
+
+
 def resume_configs(
     resume: str | Path,
     model_overrides: dict[str, Any] | None = None,
@@ -428,6 +434,14 @@ def resume_configs(
         )
     train_config = load_train_config(config)
     train_overrides = train_overrides or {}
+    changed = [
+        k for k in HELD_OUT_FIELDS if k in train_overrides and train_overrides[k] != getattr(train_config, k)
+    ]
+    if changed:
+        raise NanobertError(
+            f"--resume keeps how the held-out split is scored and best/ chosen; {', '.join(changed)} cannot "
+            "change (start a new run to try other values)"
+        )
     if {"max_steps", "epochs", "time_budget"} & set(train_overrides):
         train_config.max_steps = train_config.epochs = train_config.time_budget = None
     train_config = TrainConfig(**{**dataclasses.asdict(train_config), **train_overrides})
