@@ -149,6 +149,9 @@ def test_models_transformers_cannot_hold_are_refused(checkpoint, tmp_path, chang
         (["export-hf", "{tmp}/missing", "{tmp}/out"], "does not exist"),
         (["export-hf", "{ckpt}", "{tmp}/full"], "--overwrite"),
         (["export-hf", "{ckpt}", "{ckpt}"], "is the input"),
+        # --overwrite replaces the whole folder: never one that holds the input (the run with best/ in it)
+        (["export-hf", "{ckpt}", "{parent}", "--overwrite"], "holds the input checkpoint"),
+        (["export-hf", "{ckpt}", "{tmp}/full/precious.txt", "--overwrite"], "is a file"),
         (["import-hf", "{tmp}/empty", "{tmp}/out"], "no config.json"),
         (["import-hf", "{tmp}/roberta", "{tmp}/out"], "only BERT"),
         (["import-hf", "{tmp}/no-weights", "{tmp}/out"], "no model.safetensors"),
@@ -162,10 +165,12 @@ def test_bad_directories_are_one_line_errors(checkpoint, tmp_path, capsys, argv,
     (tmp_path / "roberta" / "config.json").write_text(json.dumps({"model_type": "roberta"}))
     (tmp_path / "no-weights").mkdir()
     (tmp_path / "no-weights" / "config.json").write_text(json.dumps({"model_type": "bert", "vocab_size": 50}))
-    code = main([a.format(tmp=tmp_path, ckpt=checkpoint) for a in argv])
+    before = sorted(p.name for p in checkpoint.iterdir())
+    code = main([a.format(tmp=tmp_path, ckpt=checkpoint, parent=checkpoint.parent) for a in argv])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and needle in err, err
     assert (tmp_path / "full" / "precious.txt").read_text() == "keep me"
+    assert sorted(p.name for p in checkpoint.iterdir()) == before
 
 
 def test_cli_export_hf(checkpoint, tmp_path, capsys):

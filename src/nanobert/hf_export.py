@@ -245,9 +245,14 @@ _HEAD_NAMES = {
 
 
 def _check_out_dir(out: Path, overwrite: bool, sources: tuple[Path, ...]) -> None:
-    """Refuse to write over the input, or over a non-empty directory unless asked to."""
+    """Refuse to write over the input or over a folder that holds it (--overwrite replaces the whole
+    folder), over a file, or over a non-empty directory unless asked to."""
     if any(out.resolve() == s.resolve() for s in sources):
         raise NanobertError(f"output {out} is the input directory; choose another output directory")
+    if any(out.resolve() in s.resolve().parents for s in sources):
+        raise NanobertError(f"output {out} holds the input checkpoint; choose another output directory")
+    if out.exists() and not out.is_dir():
+        raise NanobertError(f"output {out} is a file; give a directory")
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
         raise NanobertError(
             f"{out} already exists and is not empty; choose a new directory or pass --overwrite"
