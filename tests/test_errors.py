@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from nanobert.errors import NanobertError, run_script
+from nanobert.errors import NanobertError, check_output_file, run_script
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -55,3 +55,12 @@ def test_benchmark_scripts_answer_a_missing_input_in_one_line_with_exit_2(case, 
     assert "Traceback" not in result.stderr
     (line,) = result.stderr.strip().splitlines()  # nothing before it either: the error comes before any work
     assert line.startswith(f"{script}: error: ") and "nonexistent" in line
+
+
+def test_an_output_file_cannot_be_a_directory_or_sit_under_a_file(tmp_path):
+    assert check_output_file(tmp_path / "new" / "out.tsv") == tmp_path / "new" / "out.tsv"
+    with pytest.raises(NanobertError, match="is a directory"):
+        check_output_file(tmp_path)
+    (tmp_path / "plain").write_text("x")
+    with pytest.raises(NanobertError, match="is a file, not a folder"):
+        check_output_file(tmp_path / "plain" / "out.tsv")

@@ -118,6 +118,8 @@ def test_label_mapping_round_trips(tuned, task, tmp_path, capsys):
     for r in rows:
         assert float(r["prob_neg"]) + float(r["prob_pos"]) == pytest.approx(1.0, abs=1e-5)
         assert r["prediction"] == max(("neg", "pos"), key=lambda lab: float(r[f"prob_{lab}"]))
+    code, _, err = run_cli(capsys, "predict", tuned / "best", "--input", task[1], "--out", tmp_path)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "is a directory" in err
 
 
 def test_predict_writes_jsonl_and_headerless_tsv(tuned, tmp_path, capsys):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from nanobert.errors import NanobertError
-from nanobert.plots import ATTENTION_DPI, attention_figure_inches, plot_attention, plot_curves
+from nanobert.plots import ATTENTION_DPI, attention_figure_inches, image_path, plot_attention, plot_curves
 
 
 def test_curves_from_a_metrics_file(tmp_path):
@@ -37,3 +37,15 @@ def test_attention_heatmaps_have_the_size_their_tokens_need(tmp_path):
         plot_attention(maps, tmp_path / "x.png", layer=2)
     with pytest.raises(NanobertError, match="heads 0..2"):
         plot_attention(maps, tmp_path / "x.png", head=-1)
+
+
+def test_a_picture_goes_where_it_says(tmp_path):
+    """No suffix gets .png (the path returned, and printed by the CLI, is the file's); a directory or a
+    suffix matplotlib cannot write is a one-line error before any drawing."""
+    assert image_path(tmp_path / "sub" / "heads") == tmp_path / "sub" / "heads.png"
+    assert (tmp_path / "sub").is_dir()
+    assert image_path(tmp_path / "heads.svg").suffix == ".svg"
+    with pytest.raises(NanobertError, match="must end in one of"):
+        image_path(tmp_path / "heads.txt")
+    with pytest.raises(NanobertError, match="is a directory"):
+        image_path(tmp_path)

@@ -66,6 +66,8 @@ def test_predict_writes_the_official_prediction_file(tuned, task, capsys):
     assert result["questions"] == len(predictions) == 120 and result["exact_match"] >= 90.0
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in predictions.items())
     assert predictions == json.loads((out / "predictions.json").read_text())
+    code, _, err = run_cli(capsys, "predict", out, "--input", dev, "--out", root)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "is a directory" in err
 
 
 def test_predict_honours_device_and_batch_size_and_scores_by_the_files_version(

@@ -7,10 +7,24 @@ so users never see a traceback for their own mistakes. Bugs stay ordinary except
 
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 
 class NanobertError(Exception):
     """A problem with the user's input; the message says what is wrong and what to do."""
+
+
+def check_output_file(path: str | Path) -> Path:
+    """`path` as a Path if a file can be written there: not a directory, no file where its folder goes."""
+    path = Path(path)
+    if path.is_dir():
+        raise NanobertError(f"output {path} is a directory; give a file name")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise NanobertError(f"output {path}: {parent} is a file, not a folder")
+            break
+    return path
 
 
 def run_script(prog: str, main: Callable[[], int | None]) -> int:

@@ -33,7 +33,7 @@ from nanobert.checkpoint import (
 from nanobert.config import FinetuneConfig, config_to_dict
 from nanobert.device import autocast, autocast_dtype, resolve_device
 from nanobert.engine import Job, Plan, RunState, fit
-from nanobert.errors import NanobertError
+from nanobert.errors import NanobertError, check_output_file
 from nanobert.evaluate import evaluating
 from nanobert.finetune_data import (
     Encoded,
@@ -288,6 +288,8 @@ def predict(
     the model was trained on. `out` None writes to stdout. When the input also has the label column, the
     returned dict carries the metrics.
     """
+    if isinstance(out, str | Path):
+        check_output_file(out)  # before the model runs, not after
     dev = resolve_device(device)
     model, tokenizer, config = load_finetuned(model_dir, dev)
     columns = config["columns"]

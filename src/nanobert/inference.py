@@ -27,7 +27,7 @@ import torch
 
 from nanobert.checkpoint import CAUSAL_LM, PRETRAINING, load_language_model
 from nanobert.device import resolve_device
-from nanobert.errors import NanobertError
+from nanobert.errors import NanobertError, check_output_file
 from nanobert.explain import Trace, explain
 from nanobert.model import BertForPreTraining, BertLMHeadModel
 from nanobert.tokenizer import (
@@ -379,7 +379,7 @@ def embed_file(
 
     Returns the path written and the matrix's shape. Row i is line i of the input.
     """
-    out_path = Path(out_path)
+    out_path = check_output_file(out_path)
     if out_path.suffix != ".npy":
         raise NanobertError(f"output {out_path} should end in .npy (it is written with np.save)")
     vectors = model.embed(read_lines(input_path), batch_size=batch_size)

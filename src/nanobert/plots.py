@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nanobert.errors import NanobertError
+from nanobert.errors import NanobertError, check_output_file
 
 
 def plot_curves(metrics_path: str | Path, out_path: str | Path) -> Path:
@@ -86,6 +86,7 @@ def plot_attention(
     """
     from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
 
+    out_path = image_path(out_path)
     L, nh, T, _ = maps.probs.shape
     if layer is not None and not 0 <= layer < L:
         raise NanobertError(f"--layer {layer} is out of range; this model has layers 0..{L - 1}")
@@ -109,10 +110,23 @@ def plot_attention(
             ax.set_xticklabels(maps.tokens, rotation=90, fontsize=fontsize)
             ax.set_yticklabels(maps.tokens, fontsize=fontsize)
     fig.suptitle("attention probabilities (rows: query token, columns: attended token)", fontsize=10)
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_path, dpi=dpi)
     return out_path
 
 
-__all__ = ["ATTENTION_DPI", "attention_figure_inches", "plot_attention", "plot_curves"]
+def image_path(out_path: str | Path) -> Path:
+    """Where a picture goes: `out_path` (its folder made), with `.png` added when it has no suffix. An
+    existing directory or a suffix matplotlib cannot write is a NanobertError, before any work."""
+    out_path = check_output_file(out_path)
+    if not out_path.suffix:
+        out_path = check_output_file(out_path.with_suffix(".png"))
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if out_path.suffix[1:].lower() not in formats:
+        raise NanobertError(f"output {out_path}: a picture must end in one of .{', .'.join(sorted(formats))}")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    return out_path
+
+
+__all__ = ["ATTENTION_DPI", "attention_figure_inches", "image_path", "plot_attention", "plot_curves"]

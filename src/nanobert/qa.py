@@ -29,7 +29,7 @@ from nanobert.checkpoint import QUESTION_ANSWERING, load_pretraining_checkpoint,
 from nanobert.config import QAConfig, config_to_dict
 from nanobert.device import autocast, autocast_dtype, resolve_device
 from nanobert.engine import fit
-from nanobert.errors import NanobertError
+from nanobert.errors import NanobertError, check_output_file
 from nanobert.evaluate import evaluating
 from nanobert.finetune_data import Encoded, length_sorted_batches
 from nanobert.metrics import squad_scores
@@ -309,6 +309,8 @@ def predict_qa(
     """
     if batch_size is not None and batch_size < 1:
         raise NanobertError(f"--batch-size must be at least 1, not {batch_size}")
+    if out is not None:
+        check_output_file(out)  # before the model runs, not after
     qa = load_qa_model(model_dir, device, null_score_threshold)
     examples = read_squad(input_file)
     answers = _write_answers(qa.predict(examples, batch_size), Path(out) if out is not None else None)
