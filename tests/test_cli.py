@@ -81,6 +81,11 @@ def test_resume_from_a_non_checkpoint(tmp_path, capsys):
     )
 
 
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_stop_after_counts_steps_from_one(capsys, value):
+    assert_one_line_error(*run_cli(capsys, "pretrain", "--data", "toy", "--stop-after", value), "at least 1")
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_cuda_requested_but_absent(capsys):
     assert_one_line_error(*run_cli(capsys, "pretrain", "--data", "toy", "--device", "cuda"), "no CUDA")

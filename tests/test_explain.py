@@ -106,6 +106,13 @@ def test_cli_explain(checkpoint, capsys):
     )
 
 
+@pytest.mark.parametrize("option", [["--top-k", "0"], ["--top-k", "-1"], ["--preview", "0"]])
+def test_cli_explain_refuses_counts_below_one(checkpoint, capsys, option):
+    assert main(["explain", str(checkpoint), "alpha [MASK]", *option]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "at least 1" in err
+
+
 def test_cli_explain_missing_checkpoint(tmp_path, capsys):
     assert main(["explain", str(tmp_path / "nope"), "a", "b"]) == 2
     assert "does not exist" in capsys.readouterr().err

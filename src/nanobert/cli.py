@@ -105,7 +105,7 @@ def _add_pretrain(sub) -> None:
         help="override any model or training field, e.g. --set learning_rate=3e-4 hidden_size=192",
     )
     p.add_argument(
-        "--stop-after", type=int, metavar="N", help="end after N total steps, keeping the schedule"
+        "--stop-after", type=_positive_int, metavar="N", help="end after N total steps, keeping the schedule"
     )
     p.add_argument("--resume", metavar="DIR", help="continue from a checkpoint directory (e.g. RUN/last)")
     p.add_argument(

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import torch
 
+from nanobert.errors import NanobertError
 from nanobert.model import BertForPreTraining, BertLMHeadModel
 from nanobert.tokenizer import MASK_ID, NUM_SPECIAL_TOKENS
 
@@ -119,6 +120,8 @@ def explain(
 
     The trace is computed from the checkpoint's own modules, so its final hidden states are the model's.
     """
+    if top_k < 1 or preview < 1:
+        raise NanobertError(f"explain needs top_k and preview of at least 1, got {top_k} and {preview}")
     bert, cfg = model.model.bert, model.model.config
     enc = model.encode(text_a, text_b)
     batch = model.pad_batch([enc])
