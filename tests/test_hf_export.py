@@ -150,7 +150,7 @@ def test_models_transformers_cannot_hold_are_refused(checkpoint, tmp_path, chang
         (["export-hf", "{ckpt}", "{tmp}/full"], "--overwrite"),
         (["export-hf", "{ckpt}", "{ckpt}"], "is the input"),
         # --overwrite replaces the whole folder: never one that holds the input (the run with best/ in it)
-        (["export-hf", "{ckpt}", "{parent}", "--overwrite"], "holds the input checkpoint"),
+        (["export-hf", "{ckpt}", "{parent}", "--overwrite"], "holds the input"),
         (["export-hf", "{ckpt}", "{tmp}/full/precious.txt", "--overwrite"], "is a file"),
         (["import-hf", "{tmp}/empty", "{tmp}/out"], "no config.json"),
         (["import-hf", "{tmp}/roberta", "{tmp}/out"], "only BERT"),

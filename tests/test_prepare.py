@@ -85,6 +85,61 @@ def test_prepare_refuses_to_overwrite_and_reports_damage(prepared, tmp_path):
         PreparedCorpus(tmp_path)
 
 
+def test_prepare_never_replaces_its_input_or_a_stranger_folder(prepared, tmp_path):
+    """--overwrite replaces the whole --out folder: not one holding the text, nor one that is no corpus."""
+    _, corpus, _, _ = prepared
+    with pytest.raises(NanobertError, match="holds the input"):
+        prepare_corpus(str(corpus), tmp_path, vocab_size=120, overwrite=True, quiet=True)
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "keep.txt").write_text("keep me")
+    with pytest.raises(NanobertError, match="not a prepared corpus"):
+        prepare_corpus(str(corpus), other, vocab_size=120, overwrite=True, quiet=True)
+    with pytest.raises(NanobertError, match="is a file"):
+        prepare_corpus(str(corpus), other / "keep.txt", vocab_size=120, overwrite=True, quiet=True)
+    with pytest.raises(NanobertError, match="is a file, not a folder"):
+        prepare_corpus(str(corpus), other / "keep.txt" / "prep", vocab_size=120, quiet=True)
+    assert corpus.is_file() and (other / "keep.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: m.update(dtype="float99"),
+        lambda m: m.update(dtype=5),
+        lambda m: m.update(version="2"),
+        lambda m: m["splits"]["train"].pop("tokens"),
+        lambda m: m["splits"].update(train=[1, 2]),
+        lambda m: m["splits"]["train"].update(documents=0),
+    ],
+)
+def test_an_edited_description_is_corrupt_not_a_traceback(prepared, edit):
+    out, *_ = prepared
+    meta = json.loads((out / "meta.json").read_text())
+    edit(meta)
+    (out / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(NanobertError, match="not a nanobert prepared-corpus description"):
+        PreparedCorpus(out).split("train")
+
+
+@pytest.mark.parametrize(
+    "name, index, value",
+    [
+        ("document_offsets.bin", 1, 10**9),
+        ("document_offsets.bin", 0, 1),
+        ("sentence_offsets.bin", 2, 10**9),
+        ("sentence_offsets.bin", -1, 0),
+    ],
+)
+def test_edited_offsets_of_the_right_size_are_corrupt(prepared, name, index, value):
+    out, *_ = prepared
+    offsets = np.fromfile(out / "train" / name, dtype=np.int64)
+    offsets[index] = value
+    offsets.tofile(out / "train" / name)
+    with pytest.raises(NanobertError, match=f"{name} is corrupt"):
+        PreparedCorpus(out).split("train")
+
+
 def test_windowed_instances_cover_every_document_deterministically(prepared):
     out, *_ = prepared
     split = PreparedCorpus(out).split("train")
@@ -136,6 +191,14 @@ def test_pretrain_prepared_resumes_exactly_across_windows(prepared, tmp_path, mo
     assert main(["evaluate", str(full / "last"), "--device", "cpu"]) == 0
     evaluated = json.loads(capsys.readouterr().out)
     assert evaluated["mlm_loss"] == pytest.approx(summary["final"]["mlm_loss"], abs=1e-6)
+    # The corpus moved: resuming says which option names its new place, and that option works.
+    moved = out.with_name("moved")
+    out.rename(moved)
+    assert main(["pretrain", "--resume", str(split / "last"), "--max-steps", "13", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "pass --prepared PATH" in err, err
+    argv = ["pretrain", "--resume", str(split / "last"), "--max-steps", "13", "--prepared", str(moved)]
+    assert main([*argv, "--quiet"]) == 0
 
 
 def test_cli_prepare_and_prepared_errors(tmp_path, capsys):

@@ -6,7 +6,7 @@ so users never see a traceback for their own mistakes. Bugs stay ordinary except
 """
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 
@@ -19,12 +19,47 @@ def check_output_file(path: str | Path) -> Path:
     path = Path(path)
     if path.is_dir():
         raise NanobertError(f"output {path} is a directory; give a file name")
+    if path.name == "":  # "." or "/": no name to write under
+        raise NanobertError(f"output {path} names no file")
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
                 raise NanobertError(f"output {path}: {parent} is a file, not a folder")
             break
     return path
+
+
+def check_output_dir(
+    out: str | Path, overwrite: bool, inputs: Iterable[str | Path], holds: str, kind: str
+) -> Path:
+    """`out` as a Path if a directory may be written (or, with `overwrite`, replaced) there.
+
+    Never the directory of one of `inputs` or one that holds one (replacing it would delete the input),
+    never a file; an existing non-empty directory only with `overwrite`, and then only if it holds a
+    previous output (the file `holds`, e.g. meta.json), so that a mistyped --out cannot wipe a folder.
+    `kind` names such an output in the messages.
+    """
+    out = Path(out)
+    where = out.resolve()
+    for source in map(Path, inputs):
+        if where == source.resolve():
+            raise NanobertError(f"output {out} is the input {source}; choose another output directory")
+        if where in source.resolve().parents:
+            raise NanobertError(f"output {out} holds the input {source}; choose another output directory")
+    if out.exists() and not out.is_dir():
+        raise NanobertError(f"output {out} is a file; give a directory")
+    check_output_file(out / holds)  # no file where one of its folders goes
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise NanobertError(
+                f"{out} already exists and is not empty; choose another one or pass --overwrite"
+            )
+        if not (out / holds).is_file():
+            raise NanobertError(
+                f"{out} holds other files, not a {kind} (no {holds}); --overwrite replaces only a {kind}, so "
+                "choose another directory"
+            )
+    return out
 
 
 def run_script(prog: str, main: Callable[[], int | None]) -> int:

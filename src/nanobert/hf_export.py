@@ -27,6 +27,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from nanobert.checkpoint import (
     CAUSAL_LM,
+    CONFIG_NAME,
     PRETRAINING,
     QUESTION_ANSWERING,
     checkpoint_kind,
@@ -37,7 +38,7 @@ from nanobert.checkpoint import (
     write_atomically,
 )
 from nanobert.config import ModelConfig
-from nanobert.errors import NanobertError
+from nanobert.errors import NanobertError, check_output_dir
 from nanobert.model import BertForPreTraining, BertLMHeadModel
 from nanobert.tokenizer import CLS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, load_tokenizer, save_tokenizer
 
@@ -244,21 +245,6 @@ _HEAD_NAMES = {
 }
 
 
-def _check_out_dir(out: Path, overwrite: bool, sources: tuple[Path, ...]) -> None:
-    """Refuse to write over the input or over a folder that holds it (--overwrite replaces the whole
-    folder), over a file, or over a non-empty directory unless asked to."""
-    if any(out.resolve() == s.resolve() for s in sources):
-        raise NanobertError(f"output {out} is the input directory; choose another output directory")
-    if any(out.resolve() in s.resolve().parents for s in sources):
-        raise NanobertError(f"output {out} holds the input checkpoint; choose another output directory")
-    if out.exists() and not out.is_dir():
-        raise NanobertError(f"output {out} is a file; give a directory")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        raise NanobertError(
-            f"{out} already exists and is not empty; choose a new directory or pass --overwrite"
-        )
-
-
 def export_hf(checkpoint: str | Path, out: str | Path, overwrite: bool = False) -> Path:
     """Write a nanobert pretraining checkpoint as a transformers BERT directory.
 
@@ -282,7 +268,7 @@ def export_hf(checkpoint: str | Path, out: str | Path, overwrite: bool = False) 
         for key in _TIED_DUPLICATES:
             del state[key]
     state = {k: v.detach().clone().cpu() for k, v in state.items()}  # no two keys may share memory
-    _check_out_dir(out, overwrite, (checkpoint,))
+    check_output_dir(out, overwrite, (checkpoint,), HF_CONFIG_NAME, "transformers model directory")
 
     def write(tmp: Path) -> None:
         (tmp / HF_CONFIG_NAME).write_text(json.dumps(hf_config, indent=2) + "\n")
@@ -431,7 +417,7 @@ def import_hf(hf_dir: str | Path, out: str | Path, overwrite: bool = False, seed
         raise NanobertError(f"{hf_dir} holds a {hf_config['model_type']!r} model; only BERT can be imported")
     config = from_hf_config(hf_config)
     config.pad_token_id = PAD_ID  # [PAD] is id 0 once the vocabulary is in nanobert's order
-    _check_out_dir(out, overwrite, (hf_dir,))
+    check_output_dir(out, overwrite, (hf_dir,), CONFIG_NAME, "nanobert checkpoint")
     hf_state = _read_hf_weights(hf_dir)
     tokenizer, order = _specials_first(_read_hf_tokenizer(hf_dir), config.vocab_size)
     state, missing = from_hf_state_dict(hf_state, config)

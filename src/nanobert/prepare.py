@@ -48,7 +48,7 @@ from nanobert.corpus import (
     load_documents,
     split_sentences,
 )
-from nanobert.errors import NanobertError
+from nanobert.errors import NanobertError, check_output_dir
 from nanobert.pretraining_data import (
     CLS_ID,
     SEP_ID,
@@ -262,6 +262,9 @@ def prepare_corpus(
         raise NanobertError(
             f"{out_dir} already exists; pass --overwrite to replace it or choose another --out"
         )
+    # The tokenizer may come from out_dir itself (it is read before out_dir is replaced); the text may not.
+    inputs = [p for p in (data, valid) if p is not None and Path(p).exists()]
+    out_dir = check_output_dir(out_dir, overwrite, inputs, META_NAME, "prepared corpus").resolve()
     if sample_words < 1:
         raise NanobertError(f"--tokenizer-sample-words must be at least 1, got {sample_words}")
     readers = _split_readers(data, valid)
@@ -342,6 +345,16 @@ class PreparedSplit(Sequence):
         self.tokens = np.memmap(directory / "tokens.bin", dtype=dtype, mode="r")
         self.sentence_offsets = np.memmap(directory / "sentence_offsets.bin", dtype=np.int64, mode="r")
         self.document_offsets = np.memmap(directory / "document_offsets.bin", dtype=np.int64, mode="r")
+        # Sizes can match while the contents do not (an edited file): every read below trusts the offsets.
+        for name, offsets, end in (
+            ("sentence_offsets.bin", self.sentence_offsets, counts["tokens"]),
+            ("document_offsets.bin", self.document_offsets, counts["sentences"]),
+        ):
+            if offsets[0] != 0 or offsets[-1] != end or bool((np.diff(offsets) < 0).any()):
+                raise NanobertError(
+                    f"{directory / name} is corrupt (its offsets do not rise from 0 to {end}); prepare the "
+                    "corpus again"
+                )
 
     def __len__(self) -> int:
         return len(self.document_offsets) - 1
@@ -364,6 +377,23 @@ class PreparedSplit(Sequence):
         return len(self.tokens)
 
 
+def _valid_meta(meta: Any) -> bool:
+    """Whether meta.json has the fields, types and ranges that reading the splits relies on."""
+    counts = ("documents", "sentences", "tokens")
+    splits = meta.get("splits")
+    return (
+        meta.get("format") == FORMAT
+        and type(meta.get("version", 0)) is int
+        and meta.get("dtype") in ("uint16", "uint32")
+        and isinstance(splits, dict)
+        and "train" in splits
+        and all(
+            isinstance(c, dict) and all(type(c.get(k)) is int and c[k] >= 1 for k in counts)
+            for c in splits.values()
+        )
+    )
+
+
 class PreparedCorpus:
     """A directory written by `prepare_corpus`: its meta.json, tokenizer and splits."""
 
@@ -376,7 +406,7 @@ class PreparedCorpus:
             )
         try:
             self.meta = json.loads(path.read_text())
-            ok = self.meta.get("format") == FORMAT and "train" in self.meta["splits"]
+            ok = _valid_meta(self.meta)
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
             ok = False
         if not ok:
