@@ -448,6 +448,13 @@ def resume_configs(
     recorded = config_from_dict(DataSources, config.get("data") or {})
     given = dataclasses.asdict(sources) if sources is not None else {}
     merged = {k: given.get(k) or v for k, v in dataclasses.asdict(recorded).items()}
+    for field, option in (("train_file", "--train"), ("valid_file", "--valid"), ("prepared", "--prepared")):
+        path = merged[field]
+        if path and not given.get(field) and not Path(path).exists():  # recorded as typed, maybe elsewhere
+            raise NanobertError(
+                f"the run's {option[2:]} source {path} is not found from {Path.cwd()}; pass {option} PATH "
+                "to say where it is now"
+            )
     return config_from_dict(ModelConfig, config["model"]), train_config, DataSources(**merged)
 
 
