@@ -1,6 +1,6 @@
 import pytest
 
-from nanobert.config import PRESETS, build_configs, parse_overrides
+from nanobert.config import PRESETS, FinetuneConfig, build_configs, parse_overrides
 from nanobert.errors import NanobertError
 
 
@@ -74,6 +74,8 @@ def test_the_length_schedule_keeps_tokens_per_step():
         ("grad_clip", -1.0, "grad_clip must be 0"),
         ("early_stopping_patience", 0, "early_stopping_patience must be at least 1"),
         ("learning_rate", float("nan"), "learning_rate must be positive"),
+        ("seed", -1, r"seed must be in \[0, 2\*\*63\)"),
+        ("seed", 2**64, r"seed must be in \[0, 2\*\*63\)"),
     ],
 )
 def test_optimiser_and_data_settings_are_range_checked(field, value, message):
@@ -86,3 +88,8 @@ def test_optimiser_and_data_settings_are_range_checked(field, value, message):
 def test_a_nan_model_setting_is_refused():
     with pytest.raises(NanobertError, match="initializer_range"):
         build_configs("toy", model_overrides={"initializer_range": float("nan")})
+
+
+def test_a_fine_tuning_seed_is_range_checked():
+    with pytest.raises(NanobertError, match="seed must be in"):
+        FinetuneConfig(seed=-1)

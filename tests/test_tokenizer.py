@@ -146,6 +146,10 @@ def test_bad_inputs() -> None:
         train_tokenizer(CORPUS, vocab_size=NUM_SPECIAL_TOKENS)
     with pytest.raises(NanobertError, match="empty text"):
         train_tokenizer(["", "  \n"], vocab_size=99)
+    with pytest.raises(NanobertError, match="larger than nanobert trains"):  # the trainer would abort
+        train_tokenizer(CORPUS, vocab_size=5_000_000_000)
+    with pytest.raises(NanobertError, match="min_frequency must be 0 or more"):
+        train_tokenizer(CORPUS, vocab_size=99, min_frequency=-1)
 
 
 def test_encode_pairs_batches_what_encode_pair_does(tokenizer) -> None:

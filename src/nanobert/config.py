@@ -232,6 +232,7 @@ def _check(what: str, cfg: Any, at_least_one: tuple[str, ...], checks: list[tupl
         ("weight_decay", cfg.weight_decay >= 0, "0 or more"),
         ("adam_eps", cfg.adam_eps > 0, "positive"),
         ("grad_clip", cfg.grad_clip >= 0, "0 (off) or more"),
+        ("seed", 0 <= cfg.seed < 2**63, "in [0, 2**63)"),  # what numpy and torch take
         ("precision", cfg.precision in PRECISIONS, "auto, fp32 or bf16"),
         *checks,
     ]

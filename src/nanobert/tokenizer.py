@@ -56,6 +56,7 @@ DEFAULT_VOCAB_SIZE = 8192
 
 # Room for the five special tokens and the 26 lowercase letters; anything smaller cannot spell English.
 MIN_VOCAB_SIZE = 32
+MAX_VOCAB_SIZE = 1 << 20  # 1,048,576 pieces, 4x the largest multilingual vocabularies
 
 # What transformers reads from a saved directory; BERT-base used 512 positions.
 _MODEL_MAX_LENGTH = 512
@@ -113,6 +114,12 @@ def train_tokenizer(
             f"vocab_size {vocab_size} is too small to hold the {NUM_SPECIAL_TOKENS} special tokens and an "
             f"alphabet; use a vocab_size of at least {MIN_VOCAB_SIZE} (the default is {DEFAULT_VOCAB_SIZE})"
         )
+    if vocab_size > MAX_VOCAB_SIZE:  # the trainer would try to allocate for it, and abort the process
+        raise NanobertError(
+            f"vocab_size {vocab_size} is larger than nanobert trains ({MAX_VOCAB_SIZE:,}; BERT uses ~30,000)"
+        )
+    if min_frequency < 0:
+        raise NanobertError(f"min_frequency must be 0 or more, got {min_frequency}")
     # Materialise once: we need to know it is non-empty before training, and the trainer iterates anyway.
     texts = [text for text in texts if text and not text.isspace()]
     if not texts:
