@@ -59,6 +59,16 @@ def test_jsonl_objects_and_arrays(tmp_path):
     bad.write_text('{"text": "a"}\n{oops\n')
     with pytest.raises(NanobertError, match="line 2 of .* is not JSON"):
         read_table(bad)
+    # JSON strings may hold line separators raw (json.dumps(ensure_ascii=False) writes them so): one record
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text('{"text": "a\u2028b\u0085c"}\r\n{"text": "d"}\n', encoding="utf-8")
+    assert read_table(raw).column("text") == ["a\u2028b\u0085c", "d"]
+
+
+def test_a_cell_longer_than_csvs_default_cap_is_read(tmp_path):
+    path = tmp_path / "long.tsv"
+    path.write_text("sentence\tlabel\n" + "word " * 50_000 + "\t1\n")
+    assert len(read_table(path).column("sentence")[0]) == 250_000
 
 
 def test_encodings_and_empty_files(tmp_path):

@@ -158,7 +158,10 @@ def read_table(
     lines: list[int] = []
     names = None
     if fmt == "jsonl":
-        for n, line in enumerate(text.splitlines(), start=1):
+        # JSON Lines ends records at "\n" only: JSON strings may hold U+2028, U+0085 and the like raw,
+        # which str.splitlines() would also split at.
+        for n, line in enumerate(text.split("\n"), start=1):
+            line = line.removesuffix("\r")
             if not line.strip():
                 continue
             try:
@@ -169,6 +172,8 @@ def read_table(
                 ) from None
             lines.append(n)
     else:
+        # csv's default cap on a cell (131,072 characters) is no limit of ours: the encoder cuts long texts.
+        csv.field_size_limit(max(csv.field_size_limit(), len(text)))
         if fmt == "tsv":
             reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_NONE)
         else:
