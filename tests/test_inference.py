@@ -231,8 +231,16 @@ def test_generate_is_seeded_greedy_at_zero_and_keeps_to_top_k(causal):
         ids.append(model.tokenizer.token_to_id(token))
     one = model.generate("alpha", max_new_tokens=6, top_k=1, seed=9)  # top-k 1 is greedy too
     assert one.tokens == model.generate("alpha", max_new_tokens=6, temperature=0).tokens
-    with pytest.raises(NanobertError, match="temperature >= 0"):
-        model.generate("alpha", temperature=-1)
+    for bad in (-1, float("inf"), float("nan")):
+        with pytest.raises(NanobertError, match="a finite temperature >= 0"):
+            model.generate("alpha", temperature=bad)
+    # extreme but finite: greedy at the bottom (below float32's smallest normal), near-uniform at the top
+    assert model.generate("alpha", max_new_tokens=3, temperature=1e-300).tokens == greedy_of("alpha", model)
+    assert len(model.generate("alpha", max_new_tokens=3, temperature=1e308, seed=1).tokens) >= 1
+
+
+def greedy_of(prompt, model):
+    return model.generate(prompt, max_new_tokens=3, temperature=0).tokens
 
 
 def test_each_objective_refuses_the_other_ones_commands(checkpoint, causal, capsys, tmp_path):

@@ -156,6 +156,13 @@ def test_bad_requests_are_messages_and_the_server_goes_on(server):
     with pytest.raises(urllib.error.HTTPError) as error:
         urllib.request.urlopen(request, timeout=10)
     assert error.value.code == 400
+    deep = b"[" * 100_000 + b"]" * 100_000  # valid JSON, nested past the parser's recursion limit
+    request = urllib.request.Request(
+        f"{server}/api/nsp", data=deep, headers={"Content-Type": "application/json"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as error:
+        urllib.request.urlopen(request, timeout=10)
+    assert error.value.code == 400 and "not JSON" in json.loads(error.value.read())["error"]
     assert call(server, "info")[0] == 200  # still serving
 
 

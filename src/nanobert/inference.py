@@ -17,6 +17,7 @@ a distribution over the vocabulary at every position, and the next-sentence head
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -291,9 +292,9 @@ class InferenceModel:
         """
         self._require(CAUSAL_LM, "generate")
         require_words(prompt)  # an empty prompt would continue nothing but [CLS]
-        if max_new_tokens < 1 or temperature < 0 or (top_k is not None and top_k < 1):
+        if max_new_tokens < 1 or not 0 <= temperature < math.inf or (top_k is not None and top_k < 1):
             raise NanobertError(
-                "generate needs max_new_tokens >= 1, temperature >= 0 and top_k >= 1 (or none)"
+                "generate needs max_new_tokens >= 1, a finite temperature >= 0 and top_k >= 1 (or none)"
             )
         ids = self.encode(prompt)["input_ids"]
         if len(ids) >= self.max_length:
@@ -328,9 +329,12 @@ def require_words(*texts: str | None) -> None:
 
 def _pick(logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator) -> int:
     """The next token id from logits (V,): the argmax at temperature 0, else a seeded sample."""
-    if temperature == 0:
+    finfo = torch.finfo(logits.dtype)
+    if temperature < finfo.tiny:  # 0, or so small that it would round to 0 in the division
         return int(logits.argmax())
-    scores = logits / temperature
+    # From the top score down, so a tiny temperature sends the others to -inf, never the top one to inf; and
+    # at most the dtype's largest, which a huge one would round up to inf (-inf / inf is NaN).
+    scores = (logits - logits.max()) / min(temperature, finfo.max)
     if top_k is not None and top_k < scores.numel():
         kth = scores.topk(top_k).values[-1]
         scores = scores.masked_fill(scores < kth, float("-inf"))

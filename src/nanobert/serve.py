@@ -314,7 +314,7 @@ def create_app(served: Served):
     async def ask(route: str, request: Request) -> dict:
         try:
             body = await request.json()
-        except ValueError:  # not JSON, or not UTF-8
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the parser's depth
             raise NanobertError("the request body is not JSON") from None
         return served.answer(route, body)
 
