@@ -79,6 +79,8 @@ def test_read_squad_v1_v2_and_unlabelled(tmp_path):
          "question x answer 0 has 'answer_start' a string, not a whole number"),
         ('{"data": [{"paragraphs": [{"context": "abc", "qas": [{"id": "x", "question": "q?", '
          '"answers": [], "is_impossible": "yes"}]}]}]}', "'is_impossible' a string, not true/false"),
+        ('{"data": [{"paragraphs": [{"context": "abc", "qas": [{"id": "x", "question": "q?"}, '
+         '{"id": "x", "question": "r?"}]}]}]}', "question id x occurs twice"),
     ],
 )  # fmt: skip
 def test_read_squad_errors_are_one_line_messages(tmp_path, content, needle):
