@@ -319,6 +319,13 @@ def test_existing_run_is_not_overwritten(pretrained, tuned, task, capsys):
     code, _, err = run_cli(capsys, *argv, "--text-col", "sentence", "--label-col", "label")
     assert_one_line_error(code, err, "already holds a run")
     assert (tuned / "best" / "config.json").is_file()
+    # --overwrite replaces the run in --out: never the run whose checkpoint is being fine-tuned
+    run = pretrained.parent
+    before = (pretrained / "config.json").read_text()
+    argv = ["finetune", pretrained, "--train", train, "--dev", dev, "--out", run, "--overwrite"]
+    code, _, err = run_cli(capsys, *argv, "--text-col", "sentence", "--label-col", "label")
+    assert_one_line_error(code, err, "belongs to the run in", "choose another --out")
+    assert (pretrained / "config.json").read_text() == before and (run / "summary.json").is_file()
 
 
 def test_the_default_learning_rate_learns_a_small_separable_task(tmp_path, capsys):

@@ -24,13 +24,24 @@ CURVES_NAME = "curves.png"
 RUN_ARTEFACTS = (METRICS_NAME, SUMMARY_NAME, "best", "last", "adapt")
 
 
-def prepare_out_dir(out_dir: Path, overwrite: bool, *, resumable: bool = True, create: bool = True) -> None:
+def prepare_out_dir(
+    out_dir: Path, overwrite: bool, *, resumable: bool = True, create: bool = True, inputs: tuple = ()
+) -> None:
     """Refuse to mix two runs in one directory unless asked; never delete anything before that check.
 
     With `overwrite`, the old run's logs go (its checkpoints are replaced atomically when the new run saves).
     `create=False` only checks (a job checks before loading its data, and creates once the data loaded; the
-    other ranks of a data-parallel run only check). `resumable` adds "--resume" to the advice.
+    other ranks of a data-parallel run only check). `resumable` adds "--resume" to the advice. `inputs`
+    (paths the job reads, such as the checkpoint it fine-tunes) may not lie in what a new run replaces.
     """
+    replaced = [(out_dir / name).resolve() for name in RUN_ARTEFACTS]
+    for source in map(Path, filter(None, inputs)):
+        where = source.resolve()
+        if any(where == r or r in where.parents for r in replaced):
+            raise NanobertError(
+                f"{source} belongs to the run in {out_dir}, which this job would replace; choose another "
+                "--out"
+            )
     if any((out_dir / name).exists() for name in RUN_ARTEFACTS):
         if not overwrite:
             resume = f"--resume {out_dir}/last to continue it, " if resumable else ""

@@ -159,7 +159,7 @@ def _setup(
         resume_state = load_trainer_state(resume)
     in_place = resume is not None and out_dir.resolve() == resume.resolve().parent
     if not in_place:
-        prepare_out_dir(out_dir, overwrite, create=False)
+        prepare_out_dir(out_dir, overwrite, create=False, inputs=(tokenizer_dir,))
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     data = _data_and_model(ctx, device, model_config, cfg, sources, resume, tokenizer_dir)

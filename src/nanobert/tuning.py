@@ -68,13 +68,16 @@ def copy_encoder(pretrained: BertForPreTraining, model: torch.nn.Module) -> None
     model.bert.load_state_dict(state)
 
 
-def start_run(model: torch.nn.Module, cfg: FinetuneConfig, out_dir: Path, overwrite: bool) -> torch.device:
-    """The last of a job's setup: `model` moved to `cfg.device` (returned), `out_dir` claimed for a fresh run,
-    Python and torch seeded from `cfg.seed` (dropout). Called once the checkpoint and data have loaded, so
-    that every error in them comes before the output directory is touched."""
+def start_run(
+    model: torch.nn.Module, cfg: FinetuneConfig, out_dir: Path, overwrite: bool, checkpoint: str | Path
+) -> torch.device:
+    """The last of a job's setup: `model` moved to `cfg.device` (returned), `out_dir` claimed for a fresh run
+    (never the run that holds `checkpoint`, even with `overwrite`), Python and torch seeded from `cfg.seed`
+    (dropout). Called once the checkpoint and data have loaded, so that every error in them comes before the
+    output directory is touched."""
     device = resolve_device(cfg.device)
     model.to(device)
-    prepare_out_dir(out_dir, overwrite, resumable=False)
+    prepare_out_dir(out_dir, overwrite, resumable=False, inputs=(checkpoint,))
     seed_run(cfg.seed)
     return device
 
