@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 
@@ -7,12 +8,13 @@ import torch
 
 from nanobert.checkpoint import (
     load_pretraining_checkpoint,
+    load_train_config,
     load_trainer_state,
     read_config,
     save_checkpoint,
     write_atomically,
 )
-from nanobert.config import TrainConfig
+from nanobert.config import TrainConfig, config_from_dict
 from nanobert.errors import NanobertError
 from nanobert.model import BertForPreTraining
 
@@ -119,3 +121,36 @@ def test_a_run_directory_given_as_a_checkpoint_names_its_checkpoints(tmp_path, t
     save_checkpoint(tmp_path / "run" / "best", BertForPreTraining(tiny_config), None, None)
     with pytest.raises(NanobertError, match=r"run directory: pass .*run/best\)"):
         read_config(tmp_path / "run")
+
+
+@pytest.mark.parametrize(
+    "edit, needle",
+    [
+        (lambda c: c["model"].update(hidden_size="128"), "ModelConfig.hidden_size is '128', not int"),
+        (lambda c: c["model"].update(num_hidden_layers=2.5), "ModelConfig.num_hidden_layers is 2.5"),
+        (lambda c: c.update(model=None), "section is NoneType, not an object"),
+        (lambda c: c.update(kind=["x"]), "kind is a name"),
+    ],
+)
+def test_a_damaged_config_json_is_one_error_not_a_traceback(tmp_path, tiny_config, edit, needle):
+    """Values of the wrong type (an edited config.json) are named before torch or a dataclass check meets
+    them; a whole number written as 128.0 still reads as 128."""
+    save_checkpoint(tmp_path / "ck", BertForPreTraining(tiny_config), TrainConfig(), None)
+    path = tmp_path / "ck" / "config.json"
+    config = json.loads(path.read_text())
+    edit(config)
+    path.write_text(json.dumps(config))
+    with pytest.raises(NanobertError, match=re.escape(needle)):
+        load_pretraining_checkpoint(tmp_path / "ck")
+
+
+def test_damaged_train_and_data_sections(tmp_path, tiny_config):
+    from nanobert.sources import DataSources
+
+    with pytest.raises(NanobertError, match="TrainConfig.batch_size is '32', not int"):
+        load_train_config({"train": {"batch_size": "32"}})
+    with pytest.raises(NanobertError, match="section is list"):
+        load_train_config({"train": [1]})
+    with pytest.raises(NanobertError, match="section is str"):
+        config_from_dict(DataSources, "toy")
+    assert load_train_config({"train": {"batch_size": 32.0, "max_steps": None}}).batch_size == 32

@@ -3,6 +3,7 @@
 import csv
 import json
 import random
+import shutil
 
 import numpy as np
 import pytest
@@ -350,3 +351,23 @@ def test_the_default_learning_rate_learns_a_small_separable_task(tmp_path, capsy
     )
     assert code == 0, err
     assert json.loads(out)["dev"]["accuracy"] >= 0.9
+
+
+@pytest.mark.parametrize(
+    "edit, needle",
+    [
+        (lambda c: c.pop("labels"), "labels must list 2 names"),
+        (lambda c: c.update(labels=["neg"]), "labels must list 2 names"),
+        (lambda c: c.update(columns=None), "columns must name the text column"),
+        (lambda c: c.update(max_seq_len="abc"), "max_seq_len must be a whole number"),
+        (lambda c: c.update(max_seq_len=100000), "max_seq_len must be a whole number"),
+    ],
+)
+def test_a_damaged_fine_tuned_config_is_one_error(tuned, task, tmp_path, capsys, edit, needle):
+    copy = tmp_path / "best"
+    shutil.copytree(tuned / "best", copy)
+    config = json.loads((copy / "config.json").read_text())
+    edit(config)
+    (copy / "config.json").write_text(json.dumps(config))
+    code, _, err = run_cli(capsys, "predict", copy, "--input", task[1])
+    assert_one_line_error(code, err, "invalid fine-tuned model config", needle)

@@ -224,7 +224,10 @@ def _fill(model: torch.nn.Module, directory: Path | str) -> torch.nn.Module:
 
 
 def checkpoint_kind(config: dict) -> str:
-    return config.get("kind", PRETRAINING)
+    kind = config.get("kind", PRETRAINING)
+    if not isinstance(kind, str):
+        raise NanobertError(f"a checkpoint's kind is a name, not {kind!r}; its config.json is damaged")
+    return kind
 
 
 def wrong_kind(directory: Path | str, kind: str, wanted: str) -> NanobertError:
@@ -304,10 +307,28 @@ def load_finetuned(
     try:
         num_labels, task = int(config["num_labels"]), config["task"]
         model = BertForSequenceClassification(_model_config(directory, config), num_labels, task)
+        problem = _finetuned_problem(config, num_labels, model.config.max_position_embeddings)
     except (KeyError, TypeError, ValueError) as e:
-        raise NanobertError(f"{directory}/{CONFIG_NAME}: invalid fine-tuned model config ({e})") from None
+        problem = str(e)
+    if problem:
+        raise NanobertError(f"{directory}/{CONFIG_NAME}: invalid fine-tuned model config ({problem})")
     model = _fill(model, directory)
     return model.to(map_location).eval(), load_tokenizer(directory), config
+
+
+def _finetuned_problem(config: dict, num_labels: int, positions: int) -> str | None:
+    """What is wrong with the fields `predict` reads from a fine-tuned config.json, if anything."""
+    labels, columns, length = config.get("labels"), config.get("columns"), config.get("max_seq_len", 128)
+    names = isinstance(labels, list) and all(isinstance(x, str | int | float) for x in labels)
+    if config.get("task") != "regression" and not (
+        names and len(labels) == num_labels
+    ):  # regression: a score
+        return f"labels must list {num_labels} names, got {labels!r}"
+    if not isinstance(columns, dict) or not isinstance(columns.get("text"), str | int):
+        return f"columns must name the text column, got {columns!r}"
+    if type(length) is not int or not 3 <= length <= positions:
+        return f"max_seq_len must be a whole number from 3 to {positions}, got {length!r}"
+    return None
 
 
 def load_train_config(config: dict) -> TrainConfig:

@@ -509,9 +509,32 @@ def config_to_dict(cfg: Any) -> dict[str, Any]:
 
 
 def config_from_dict(cls: type, data: dict[str, Any]) -> Any:
-    """Rebuild a config dataclass, ignoring keys it does not know (older or newer checkpoints)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in names})
+    """Rebuild a config dataclass from a checkpoint's JSON, ignoring keys it does not know (older or newer
+    checkpoints). A section that is not an object, or a value not of its field's type (an edited or damaged
+    config.json), is a NanobertError: a wrong type would otherwise fail deep inside torch."""
+    if not isinstance(data, dict):
+        raise NanobertError(f"the {cls.__name__} section is {type(data).__name__}, not an object")
+    fields = {f.name: f.type for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        if key in fields:
+            kwargs[key] = _json_value(value, fields[key], f"{cls.__name__}.{key}")
+    return cls(**kwargs)
+
+
+def _json_value(value: Any, annotation: Any, key: str) -> Any:
+    """`value` if JSON gave it the type `annotation` names (an int is a float too), else NanobertError."""
+    kinds = {part.strip() for part in str(annotation).split("|")}
+    if value is None and "None" in kinds:
+        return value
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if ("bool" in kinds and isinstance(value, bool)) or ("str" in kinds and isinstance(value, str)):
+        return value
+    if "int" in kinds and number and float(value).is_integer():
+        return int(value)
+    if "float" in kinds and number:
+        return float(value)
+    raise NanobertError(f"{key} is {value!r}, not {annotation}; the config.json is damaged")
 
 
 __all__ = [

@@ -14,7 +14,6 @@ official `{question id: answer text}` file) and `answer(question, context)` for 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 import time
@@ -26,7 +25,7 @@ import torch
 
 from nanobert.adapt import adapt_encoder, check_adaptation
 from nanobert.checkpoint import QUESTION_ANSWERING, load_pretraining_checkpoint, load_qa, load_state_dict
-from nanobert.config import QAConfig, config_to_dict
+from nanobert.config import QAConfig, config_from_dict, config_to_dict
 from nanobert.device import autocast, autocast_dtype, resolve_device
 from nanobert.engine import fit
 from nanobert.errors import NanobertError, check_output_file
@@ -55,7 +54,7 @@ class QAModel:
         null_score_threshold: float | None = None,
     ):
         self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
-        self.settings = QAConfig(**{k: v for k, v in config.get("finetune", {}).items() if k in _QA_FIELDS})
+        self.settings = config_from_dict(QAConfig, config.get("finetune") or {})  # checks the types
         self.with_no_answer = bool(config.get("version_2_with_negative", False))
         if null_score_threshold is not None and not self.with_no_answer:
             raise NanobertError(
@@ -90,9 +89,6 @@ class QAModel:
         if not question.strip() or not context.strip():
             raise NanobertError("the question and the context must both hold some text")
         return self.predict([QAExample("q", question, context, None)])["q"]
-
-
-_QA_FIELDS = {f.name for f in dataclasses.fields(QAConfig)}
 
 
 def load_qa_model(
