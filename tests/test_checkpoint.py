@@ -154,3 +154,15 @@ def test_damaged_train_and_data_sections(tmp_path, tiny_config):
     with pytest.raises(NanobertError, match="section is str"):
         config_from_dict(DataSources, "toy")
     assert load_train_config({"train": {"batch_size": 32.0, "max_steps": None}}).batch_size == 32
+
+
+def test_weights_that_do_not_fit_are_named(tmp_path, tiny_config):
+    save_checkpoint(tmp_path / "ck", BertForPreTraining(tiny_config), None, None)
+    path = tmp_path / "ck" / "config.json"
+    config = json.loads(path.read_text())
+    config["model"]["intermediate_size"] += 4
+    path.write_text(json.dumps(config))
+    with pytest.raises(
+        NanobertError, match=r"feed_forward\.intermediate\.weight is \(\d+, \d+\), the config needs"
+    ):
+        load_pretraining_checkpoint(tmp_path / "ck")

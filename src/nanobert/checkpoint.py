@@ -214,12 +214,20 @@ def _model_config(directory: Path | str, config: dict) -> ModelConfig:
 def _fill(model: torch.nn.Module, directory: Path | str) -> torch.nn.Module:
     """Load the checkpoint's weights into `model`; weights that do not fit are a one-line error."""
     state = load_state_dict(directory)
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as e:
+    expected = model.state_dict()
+    problems = [f"missing {k}" for k in expected if k not in state]
+    problems += [f"unexpected {k}" for k in state if k not in expected]
+    problems += [
+        f"{k} is {tuple(v.shape)}, the config needs {tuple(expected[k].shape)}"
+        for k, v in state.items()
+        if k in expected and v.shape != expected[k].shape
+    ]
+    if problems:  # torch's own message puts the details on later lines; name the first few on one
+        more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
         raise NanobertError(
-            f"{directory}: weights do not match its config.json ({str(e).splitlines()[0]})"
-        ) from None
+            f"{directory}: weights do not match its config.json ({'; '.join(problems[:3])}{more})"
+        )
+    model.load_state_dict(state)
     return model
 
 
