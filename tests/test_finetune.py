@@ -306,6 +306,9 @@ def test_bad_input(pretrained, tuned, task, tmp_path, capsys):
     check([*base, "--train", train, "--dev", dev, *cols, "--task", "regression"], "not a number")
     check([*base, "--train", train, "--dev", dev, *cols, "--metric", "pearson"], "does not apply")
     check([*base, "--train", train, "--dev", dev, *cols, "--layer-lr-decay", "0"], "layer_lr_decay", "(0, 1]")
+    check([*base, "--train", train, "--dev", dev, *cols, "--doc-stride", "5"], "--doc-stride: not for --task")
+    qa = ["finetune", pretrained, "--task", "qa", "--train", train, "--dev", dev, "--out", tmp_path / "qa"]
+    check([*qa, "--text-col", "sentence"], "--text-col: not for --task qa")
     # a file with a header row, indexed as if it had none
     sst = tmp_path / "sst.tsv"
     sst.write_text("sentence\tlabel\nred alpha\t1\nblue bravo\t0\n")

@@ -343,6 +343,7 @@ def _cmd_finetune(args) -> int:
 
     if args.task == "qa":
         return _cmd_finetune_qa(args)
+    _refuse_options(args, _QA_ONLY, f"--task {args.task}")
     if args.text_col is None or args.label_col is None:
         raise NanobertError("--text-col and --label-col are required for classification and regression")
     spec = TaskSpec(
@@ -371,10 +372,24 @@ def _finetune_out(args) -> Path:
     return _run_dir(args.out, "finetune-scratch" if args.from_scratch else "finetune-pretrained")
 
 
+def _refuse_options(args, names: tuple[str, ...], what: str) -> None:
+    """A one-line error naming the options in `names` that were given, which `what` has no use for."""
+    given = [f"--{k.replace('_', '-')}" for k in names if getattr(args, k, None) is not None]
+    if given:
+        raise NanobertError(f"{' '.join(given)}: not for {what}")
+
+
+# Options of one kind of fine-tuning that the other ignores: QAConfig's own fields, and the table columns.
+_QA_ONLY = ("doc_stride", "max_query_length", "max_answer_length", "n_best_size", "null_score_threshold",
+            "max_train_examples")  # fmt: skip
+_TABLE_OPTIONS = ("format", "encoding", "text_col", "text_pair_col")
+
+
 def _cmd_finetune_qa(args) -> int:
     from nanobert.config import QAConfig
     from nanobert.qa import finetune_qa
 
+    _refuse_options(args, (*_TABLE_OPTIONS, "label_col"), "--task qa, which reads SQuAD JSON")
     cfg, out = _finetune_config(QAConfig, args), _finetune_out(args)
     options = {k: getattr(args, k) for k in ("from_scratch", "overwrite", "quiet")}
     summary = finetune_qa(args.checkpoint, args.train, args.dev, out, cfg, test_file=args.test, **options)
@@ -404,7 +419,6 @@ def _add_predict(sub) -> None:
 
 
 _THRESHOLD_HELP = 'a SQuAD 2.0 qa model: answer "" when [CLS] beats the best span by more (default: its own)'
-_TABLE_OPTIONS = ("format", "encoding", "text_col", "text_pair_col")  # what a qa model has no use for
 
 
 def _cmd_predict(args) -> int:
@@ -441,9 +455,7 @@ def _cmd_predict(args) -> int:
 def _cmd_predict_qa(args) -> int:
     from nanobert.qa import predict_qa
 
-    given = [f"--{k.replace('_', '-')}" for k in _TABLE_OPTIONS if getattr(args, k) is not None]
-    if given:
-        raise NanobertError(f"{' '.join(given)}: not for a question-answering model, which reads SQuAD JSON")
+    _refuse_options(args, _TABLE_OPTIONS, "a question-answering model, which reads SQuAD JSON")
     options = {k: getattr(args, k) for k in ("batch_size", "device", "null_score_threshold")}
     result = predict_qa(args.model, args.input, args.out, **options)
     if args.out:  # the answers went to a file: stdout carries the result
