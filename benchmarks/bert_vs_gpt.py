@@ -32,8 +32,9 @@ from pathlib import Path
 import torch
 
 from nanobert.checkpoint import load_causal_lm, load_pretraining_checkpoint, read_config
+from nanobert.config import build_configs, parse_overrides
 from nanobert.corpus import load_documents
-from nanobert.errors import run_script
+from nanobert.errors import ArgumentParser, check_input_file, run_script
 from nanobert.evaluate import (
     eval_instances,
     evaluate_model,
@@ -212,7 +213,7 @@ def markdown(result: dict) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train", required=True, help="e.g. ../shared/data/wikitext-2/wiki.valid.tokens")
     p.add_argument("--test", required=True, help="e.g. ../shared/data/wikitext-2/wiki.test.tokens")
     p.add_argument("--preset", default="wikitext2-cpu", help="the shape and recipe both train with")
@@ -225,8 +226,16 @@ def main() -> None:
     args = p.parse_args()
     out = Path(args.out)
     if args.report:
-        print(markdown(json.loads((out / "results.json").read_text())))
+        print(markdown(json.loads(check_input_file(out / "results.json", "--report: --out's").read_text())))
         return
+    # What is read after the (long) training is checked before it.
+    check_input_file(args.test, "--test")
+    if args.skip_training:
+        for objective in ("mlm_nsp", "causal"):
+            check_input_file(out / objective / "summary.json", "--skip-training needs a finished run:")
+    else:
+        check_input_file(args.train, "--train")
+        build_configs(args.preset, *parse_overrides(args.set))  # an unknown preset or --set key
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     if not args.skip_training:

@@ -25,7 +25,7 @@ import torch
 from nanobert.config import MODEL_PRESETS, ModelConfig
 from nanobert.corpus import load_documents, read_text_file
 from nanobert.device import autocast_dtype, resolve_device
-from nanobert.errors import run_script
+from nanobert.errors import ArgumentParser, positive_int, run_script
 from nanobert.model import BertForPreTraining
 from nanobert.optim import build_optimizer
 from nanobert.pretraining_data import MaskingCollator, batches, create_instances, query_layout
@@ -71,14 +71,14 @@ def measure_train_tokens_per_s(device: str, shape: str, vocab: int, batch_size: 
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--source", required=True, help="a WikiText file, e.g. ../shared/data/wikitext-2/wiki.valid.tokens"
     )
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--vocab-size", type=int, default=8192)
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--seq-len", type=positive_int, default=128)
+    p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--train-tokens-per-s", type=float, help="training speed to compare against")
     p.add_argument("--measure-train", choices=["cpu", "cuda"], help="measure training speed on this device")
     p.add_argument("--shape", default="mini", choices=list(MODEL_PRESETS))

@@ -21,7 +21,6 @@ learning rate chosen on test would be optimistic.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
@@ -30,7 +29,7 @@ from pathlib import Path
 
 from nanobert.checkpoint import read_config
 from nanobert.config import FinetuneConfig
-from nanobert.errors import NanobertError, run_script
+from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script
 from nanobert.finetune import finetune
 from nanobert.finetune_data import TaskSpec
 
@@ -65,14 +64,14 @@ def prepare_trec(trec_dir: Path, out: Path, seed: int) -> dict[str, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("checkpoint", metavar="CKPT", help="a pretraining checkpoint (RUN/best)")
     p.add_argument("--sst2-dir", type=Path, help="directory with GLUE SST-2 train.tsv and dev.tsv")
     p.add_argument("--trec-dir", type=Path, help="directory with train_5500.label and TREC_10.label")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--epochs", type=positive_int, default=3)
     p.add_argument("--learning-rate", type=float, nargs="+", default=[FinetuneConfig.learning_rate])
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument(
         "--layer-lr-decay",
         type=float,
@@ -98,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         help="auto: bf16 on CUDA; on a CPU the faster of the two, timed on a few steps and cached",
     )
     p.add_argument("--inits", nargs="+", choices=INITS, default=list(INITS))
-    p.add_argument("--limit", type=int, help="use only the first N training rows (quick checks)")
+    p.add_argument("--limit", type=positive_int, help="use only the first N training rows (quick checks)")
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
@@ -114,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
             lacks, need = " or ".join(missing), " and ".join(names)
             raise NanobertError(f"{option} {directory} has no {lacks}; give the directory of {need}")
     read_config(args.checkpoint)
+    for lr in args.learning_rate:  # the whole grid's settings, not only the first run's
+        FinetuneConfig(learning_rate=lr, layer_lr_decay=args.layer_lr_decay, dropout=args.dropout)
 
     tasks = {}  # name -> (files, report split)
     if args.sst2_dir:

@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from nanobert.errors import run_script
+from nanobert.errors import ArgumentParser, positive_int, run_script
 
 
 class PeakMemory:
@@ -125,7 +125,7 @@ def run_stage(stage: str, args) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--source", type=Path, help="a WikiText-style text file to repeat")
     parser.add_argument("--repeat", type=int, default=470, help="copies of --source (470: ~100M words)")
     parser.add_argument("--out", type=Path, help="working directory (corpus.txt and prepared/ go here)")
@@ -133,7 +133,7 @@ def main() -> None:
     parser.add_argument("--vocab-size", type=int, default=8192)
     parser.add_argument("--sample-words", type=int, default=10_000_000, help="tokenizer training sample")
     parser.add_argument("--max-seq-len", type=int, default=128)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=positive_int, default=32)
     parser.add_argument("--stage", choices=["prepare", "epoch"], help=argparse.SUPPRESS)
     parser.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--prepared", type=Path, help=argparse.SUPPRESS)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from nanobert.config import build_configs, parse_overrides
 from nanobert.device import resolve_device
-from nanobert.errors import run_script
+from nanobert.errors import ArgumentParser, check_input_file, check_output_file, run_script
 from nanobert.evaluate import evaluate_checkpoint
 from nanobert.sources import DataSources
 from nanobert.train import pretrain
@@ -50,7 +50,7 @@ FIELDS = (
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", required=True)
     p.add_argument("--train", required=True, help="e.g. ../shared/data/wikitext-2/wiki.valid.tokens")
     p.add_argument("--test", required=True, help="e.g. ../shared/data/wikitext-2/wiki.test.tokens")
@@ -72,6 +72,11 @@ def main() -> None:
         train_over["time_budget"] = args.time_budget
     if args.max_steps is not None:
         train_over["max_steps"] = args.max_steps
+    # Everything a seed reads or writes after training is checked now, not after the first 30 minutes.
+    check_input_file(args.train, "--train")
+    check_input_file(args.test, "--test")
+    check_output_file(args.results)
+    build_configs(args.preset, model_over, train_over)
     device = resolve_device(args.device)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -30,7 +30,7 @@ import torch
 
 from nanobert.checkpoint import read_config
 from nanobert.config import QAConfig
-from nanobert.errors import run_script
+from nanobert.errors import ArgumentParser, positive_int, run_script
 from nanobert.qa import finetune_qa
 
 INITS = ("pretrained", "scratch")
@@ -49,7 +49,7 @@ SETTINGS += ("device", "precision", "threads")  # what results.json records of t
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("checkpoint", metavar="CKPT", help="a pretraining checkpoint (RUN/best)")
     p.add_argument("--train", type=Path, required=True, metavar="FILE", help="SQuAD v1.1 train JSON")
     p.add_argument(
@@ -59,9 +59,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--xquad", type=Path, metavar="FILE", help="XQuAD English JSON, scored with the best epoch"
     )
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--epochs", type=int, default=QAConfig.epochs)
+    p.add_argument("--epochs", type=positive_int, default=QAConfig.epochs)
     p.add_argument("--learning-rate", type=float, default=QAConfig.learning_rate)
-    p.add_argument("--batch-size", type=int, default=QAConfig.batch_size)
+    p.add_argument("--batch-size", type=positive_int, default=QAConfig.batch_size)
     p.add_argument("--max-seq-len", type=int, default=QAConfig.max_seq_len)
     p.add_argument("--doc-stride", type=int, default=QAConfig.doc_stride)
     p.add_argument(
@@ -82,7 +82,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="auto",
         help="auto: measured per shape on CPU (fp32 or bf16), bf16 on CUDA",
     )
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--inits", nargs="+", choices=INITS, default=list(INITS))
     p.add_argument("--overwrite", action="store_true", help="replace runs already in OUT")
     p.add_argument("--quiet", action="store_true")

@@ -38,7 +38,7 @@ import torch
 
 from nanobert.config import MODEL_PRESETS, ModelConfig
 from nanobert.device import resolve_device
-from nanobert.errors import run_script
+from nanobert.errors import ArgumentParser, positive_int, run_script
 from nanobert.hf_export import to_hf_config, to_hf_state_dict
 from nanobert.model import BertForPreTraining
 from nanobert.pretraining_data import masked_positions, query_layout
@@ -111,10 +111,10 @@ def sync(device):
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", choices=list(MODEL_PRESETS), default="mini")
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--seq-len", type=positive_int, default=128)
+    p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--vocab-size", type=int, default=30522, help="30522 = BERT's; the CPU target uses 8192")
     p.add_argument(
         "--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu"
@@ -130,7 +130,9 @@ def main() -> None:
     )
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--mask-prob", type=float, default=0.15, help="share of tokens masked (BERT's 0.15)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument(
+        "--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's choice)"
+    )
     p.add_argument(
         "--full-last-layer",
         action="store_true",

@@ -11,25 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from nanobert.errors import NanobertError, run_script
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (its default prints the whole usage block first)."""
-
-    def error(self, message: str):  # type: ignore[override]
-        raise NanobertError(f"{message} (see `{self.prog} --help`)")
-
-
-def _positive_int(text: str) -> int:
-    """argparse type of counts such as --batch-size: a whole number of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
-    return value
+from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script
 
 
 def _print_json(obj) -> None:
@@ -105,7 +87,7 @@ def _add_pretrain(sub) -> None:
         help="override any model or training field, e.g. --set learning_rate=3e-4 hidden_size=192",
     )
     p.add_argument(
-        "--stop-after", type=_positive_int, metavar="N", help="end after N total steps, keeping the schedule"
+        "--stop-after", type=positive_int, metavar="N", help="end after N total steps, keeping the schedule"
     )
     p.add_argument("--resume", metavar="DIR", help="continue from a checkpoint directory (e.g. RUN/last)")
     p.add_argument(
@@ -214,7 +196,7 @@ def _add_evaluate(sub) -> None:
     p.add_argument("checkpoint", metavar="CKPT")
     p.add_argument("--data", help="corpus whose validation split to use (default: the one it trained with)")
     p.add_argument("--valid", metavar="FILE", help="held-out text file")
-    p.add_argument("--batch-size", type=_positive_int, default=64)
+    p.add_argument("--batch-size", type=positive_int, default=64)
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
 
 
@@ -287,7 +269,7 @@ def _add_finetune(sub) -> None:
         "--max-train-examples", type=int, metavar="N", help="qa: train on a seeded random N of the questions"
     )
     p.add_argument("--epochs", type=int, help="default 3 (qa: 2)")
-    p.add_argument("--batch-size", type=_positive_int, help="default 32")
+    p.add_argument("--batch-size", type=positive_int, help="default 32")
     p.add_argument("--learning-rate", type=float, help="peak AdamW learning rate, default 3e-4")
     p.add_argument("--warmup-ratio", type=float, help="share of steps warming up linearly, default 0.1")
     p.add_argument("--weight-decay", type=float, help="default 0.01")
@@ -311,7 +293,7 @@ def _add_finetune(sub) -> None:
     p.add_argument(
         "--adapt-learning-rate", type=float, help="peak learning rate of --adapt-epochs, default 5e-4"
     )
-    p.add_argument("--adapt-batch-size", type=_positive_int, help="rows per --adapt-epochs step, default 128")
+    p.add_argument("--adapt-batch-size", type=positive_int, help="rows per --adapt-epochs step, default 128")
     p.add_argument("--seed", type=int, help="default 1337")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="default: auto (CUDA when present)")
     p.add_argument(
@@ -412,7 +394,7 @@ def _add_predict(sub) -> None:
     p.add_argument("--text-col", metavar="COL", help="default: the column the model was trained on")
     p.add_argument("--text-pair-col", metavar="COL", help="default: the one the model was trained on")
     p.add_argument(
-        "--batch-size", type=_positive_int, default=128, help="rows (qa: windows) per batch (default 128)"
+        "--batch-size", type=positive_int, default=128, help="rows (qa: windows) per batch (default 128)"
     )
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--null-score-threshold", type=float, help=_THRESHOLD_HELP)
@@ -592,7 +574,7 @@ def _add_embed(sub) -> None:
     )
     p.add_argument("--input", required=True, metavar="FILE", help="UTF-8 text, one text per line")
     p.add_argument("--out", required=True, metavar="FILE.npy", help="where to np.save the (lines, H) matrix")
-    p.add_argument("--batch-size", type=_positive_int, default=64)
+    p.add_argument("--batch-size", type=positive_int, default=64)
 
 
 def _cmd_embed(args) -> int:
@@ -728,10 +710,10 @@ def _cmd_serve(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = ArgumentParser(
         prog="nanobert", description="Pretrain, inspect, fine-tune and export a from-scratch BERT."
     )
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
     _add_pretrain(sub)
     _add_prepare(sub)
     _add_evaluate(sub)

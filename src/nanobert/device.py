@@ -34,7 +34,10 @@ def resolve_device(name: str) -> torch.device:
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise NanobertError(f"device {name!r} was asked for but no CUDA GPU is available; use --device cpu")
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise NanobertError(f"unknown device {name!r}; use auto, cpu or cuda") from None
     if device.type == "cpu":
         keep_freed_memory()
     return device

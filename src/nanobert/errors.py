@@ -5,6 +5,7 @@ unknown preset, a corrupt checkpoint). The CLI catches it, prints its message as
 so users never see a traceback for their own mistakes. Bugs stay ordinary exceptions.
 """
 
+import argparse
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -12,6 +13,34 @@ from pathlib import Path
 
 class NanobertError(Exception):
     """A problem with the user's input; the message says what is wrong and what to do."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with one-line errors (its default prints the whole usage block first), for the CLI and the
+    benchmark scripts."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise NanobertError(f"{message} (see `{self.prog} --help`)")
+
+
+def positive_int(text: str) -> int:
+    """argparse type of counts such as --batch-size: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
+
+
+def check_input_file(path: str | Path, option: str) -> Path:
+    """`path` as a Path if it is a file to read, else a NanobertError naming the option that gave it; for
+    scripts that read a file only after a long run, so that a mistyped path fails at the start instead."""
+    path = Path(path)
+    if not path.is_file():
+        raise NanobertError(f"{option} {path}: no such file")
+    return path
 
 
 def check_output_file(path: str | Path) -> Path:
