@@ -300,6 +300,7 @@ def test_bad_input(pretrained, tuned, task, tmp_path, capsys):
     check(["finetune", tuned / "best", "--train", train, "--dev", dev, *cols], "not a pretraining checkpoint")
     check(["finetune", tmp_path, "--train", train, "--dev", dev, *cols], "not a nanobert checkpoint")
     check(["predict", pretrained, "--input", dev], "not a fine-tuned model")
+    check(["pretrain", "--resume", tuned / "best"], "not a pretraining run to resume", "use it with")
     # other mistakes
     check([*base, "--train", train, "--dev", dev, "--text-col", "0", "--label-col", "label"], "not a mix")
     check([*base, "--train", tmp_path / "missing.csv", "--dev", dev, *cols], "does not exist")

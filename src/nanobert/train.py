@@ -42,6 +42,7 @@ from nanobert.checkpoint import (
     load_trainer_state,
     read_config,
     save_checkpoint,
+    wrong_kind,
 )
 from nanobert.config import ModelConfig, TrainConfig, config_from_dict
 from nanobert.device import autocast_dtype, choose_precision, hardware_description, resolve_device
@@ -155,7 +156,9 @@ def _setup(
     resume_state = None
     if resume is not None:
         resume = Path(resume)
-        read_config(resume)  # a one-line error for anything that is not a checkpoint
+        kind = checkpoint_kind(read_config(resume))  # a one-line error for anything that is not a checkpoint
+        if kind not in {objective.kind for objective in OBJECTIVES.values()}:
+            raise wrong_kind(resume, kind, "a pretraining run to resume")
         resume_state = load_trainer_state(resume)
     in_place = resume is not None and out_dir.resolve() == resume.resolve().parent
     if not in_place:
