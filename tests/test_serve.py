@@ -48,10 +48,9 @@ CHROMIUM_FLAGS = [
 
 @contextmanager
 def serving(path):
-    """The app for `path` on a free port in a background thread; yields its base URL."""
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(Served(path)), host="127.0.0.1", port=0, log_level="error")
-    )
+    """The app for `path` (or a Served) on a free port in a background thread; yields its base URL."""
+    served = path if isinstance(path, Served) else Served(path)
+    server = uvicorn.Server(uvicorn.Config(create_app(served), host="127.0.0.1", port=0, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -219,6 +218,34 @@ def test_a_run_gets_its_model_when_a_checkpoint_appears(run, tmp_path):
         swap_in(newer, live / "best")
         status, from_newer = call(base, "fill-mask", ask)  # the next request loads it
         assert status == 200 and from_newer != from_best
+        # A newer version that fails to load: the loaded model goes on answering, and info says why.
+        broken = tmp_path / "broken"
+        shutil.copytree(newer, broken)
+        (broken / "config.json").write_text("garbage{")
+        swap_in(broken, live / "best")
+        assert call(base, "fill-mask", ask) == (200, from_newer)
+        info = call(base, "info")[1]
+        assert "not a nanobert checkpoint config" in info["error"] and "still showing" in info["error"]
+
+
+def test_a_long_model_request_does_not_hold_up_the_others(run):
+    """Model requests run in the thread pool, so info answers while one is being worked on."""
+    served = Served(run)
+    answer = served.answer
+
+    def slow(route, body):
+        time.sleep(1.5)
+        return answer(route, body)
+
+    served.answer = slow
+    with serving(served) as base:
+        asking = threading.Thread(target=call, args=(base, "fill-mask", {"text": "alpha [MASK] ."}))
+        asking.start()
+        time.sleep(0.3)
+        start = time.monotonic()
+        assert call(base, "info")[0] == 200
+        assert time.monotonic() - start < 1.0  # not behind the 1.5 s request
+        asking.join()
 
 
 def test_the_run_view_reads_files_being_written(run, tmp_path):

@@ -136,20 +136,32 @@ class Served:
             )
         self.checkpoint, self.kind, self.model, self.classifier, self.qa = None, None, None, None, None
         self.stamp: tuple[str, int, int] | None = None
-        self.lock = threading.Lock()  # info and run answer from a thread pool, model requests from the loop
+        self.reload_error: str | None = (
+            None  # why the newest version failed to load, while an older one serves
+        )
+        self.lock = threading.Lock()  # requests are answered from a thread pool: one load at a time
+        self.model_lock = threading.Lock()  # and one model request at a time (info and run do not wait)
         self.refresh()
 
     def refresh(self) -> None:
         """Load the checkpoint to show if it appeared or was rewritten since the last look: PATH itself, or
         the run's best/, else last/. A stat or two when nothing changed; a checkpoint being swapped in is
-        picked up by a later call. NanobertError if loading fails; what was loaded before stays loaded."""
+        picked up by a later call. NanobertError if loading fails with nothing loaded yet; once a model is
+        loaded it keeps serving, `reload_error` says why the newer version failed, and that version is not
+        tried again until its files change."""
         candidates = [self.path] if self.run_dir is None else [self.path / "best", self.path / "last"]
         found = next(((c, s) for c in candidates if (s := _stamp(c)) is not None), None)
         if found is None or found[1] == self.stamp:
             return
         with self.lock:
             if found[1] != self.stamp:
-                self._load(found[0])
+                try:
+                    self._load(found[0])
+                    self.reload_error = None
+                except NanobertError as e:
+                    if self.kind is None:
+                        raise
+                    self.reload_error = f"{e}; still showing the version loaded before"
                 self.stamp = found[1]
 
     def _load(self, checkpoint: Path) -> None:
@@ -178,6 +190,7 @@ class Served:
                 self.refresh()
             except NanobertError as e:
                 error = str(e)
+        error = error or self.reload_error
         config = {}
         if self.model is not None:
             config = asdict(self.model.model.config)
@@ -219,6 +232,10 @@ class Served:
             raise NanobertError(f"unknown request {route!r}")
         body = checked_body(body)
         self.refresh()
+        with self.model_lock:
+            return self._answer(route, body)
+
+    def _answer(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
         if route == "classify":
             return self._classify(body)
         if route == "answer":
@@ -279,6 +296,7 @@ class Served:
 def create_app(served: Served):
     """The FastAPI application: the page, its assets and the JSON API."""
     from fastapi import FastAPI, Request
+    from fastapi.concurrency import run_in_threadpool
     from fastapi.responses import FileResponse, JSONResponse
 
     app = FastAPI(title="nanobert", docs_url=None, redoc_url=None)
@@ -316,7 +334,8 @@ def create_app(served: Served):
             body = await request.json()
         except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the parser's depth
             raise NanobertError("the request body is not JSON") from None
-        return served.answer(route, body)
+        # In the thread pool, as info and run are: a long model request must not hold up the event loop.
+        return await run_in_threadpool(served.answer, route, body)
 
     return app
 
