@@ -178,8 +178,14 @@ def test_cli_attention_one_head(checkpoint, tmp_path, capsys, model):
         (["fill-mask", "{ckpt}", "no mask in this text"], "no [MASK]"),
         (["fill-mask", "/nonexistent/ckpt", "a [MASK]"], "does not exist"),
         (["nsp", "{tmp}", "a", "b"], "not a nanobert checkpoint"),
-        (["embed", "{ckpt}", "--input", "{tmp}/missing.txt", "--out", "{tmp}/x.npy"], "does not exist"),
-        (["embed", "{ckpt}", "--input", "{tmp}/empty.txt", "--out", "{tmp}/x.npy"], "is empty"),
+        (["embed", "{ckpt}", "--input", "{tmp}/missing.txt", "--out", "{tmp}/x.npy"], "no such file"),
+        (["embed", "{ckpt}", "--input", "{tmp}/empty.txt", "--out", "{tmp}/x.npy"], "has no text"),
+        (["embed", "{ckpt}", "--input", "{tmp}/blank.txt", "--out", "{tmp}/x.npy"], "has no text"),
+        (["embed", "{ckpt}", "--input", "{tmp}/binary.bin", "--out", "{tmp}/x.npy"], "binary file"),
+        (["embed", "{ckpt}", "--input", "{tmp}", "--out", "{tmp}/x.npy"], "is a directory"),
+        # zero-width characters only: the tokenizer drops them, so there is no text
+        (["similarity", "{ckpt}", "\u200b\u200d", "\u200b"], "the text is empty"),
+        (["nsp", "{ckpt}", "alpha", "\u2060"], "the text is empty"),
         (["embed", "{ckpt}", "--input", "{tmp}/empty.txt", "--out", "{tmp}/x.txt"], ".npy"),
         (["attention", "{ckpt}", "a b", "--layer", "7", "--out", "{tmp}/a.png"], "layers 0..1"),
         (["attention", "{ckpt}", "a b", "--head", "4", "--out", "{tmp}/a.png"], "heads 0..3"),
@@ -188,6 +194,8 @@ def test_cli_attention_one_head(checkpoint, tmp_path, capsys, model):
 )
 def test_cli_bad_input_is_one_line(checkpoint, tmp_path, capsys, argv, needle):
     (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "blank.txt").write_text("\n \n\u200b\n")
+    (tmp_path / "binary.bin").write_bytes(b"\x7fELF\0\0abc\n")
     argv = [a.format(ckpt=checkpoint, tmp=tmp_path) for a in argv]
     code, _, err = run_cli(capsys, *argv)
     assert code == 2 and len(err.splitlines()) == 1 and err.startswith("nanobert: error:"), err

@@ -201,17 +201,25 @@ def read_text_file(path: str | Path) -> list[Document]:
     the file looks binary (a NUL byte in its first 8 KiB), or when it is not valid UTF-8 (naming the byte
     offset of the first bad byte). The file is streamed, so WikiText-103 is never in memory twice.
     """
+    return documents_from_lines(_utf8_lines(check_text_file(path, "or the directory to load_documents")))
+
+
+def check_text_file(path: str | Path, alternative: str = "") -> Path:
+    """`path` as a Path if it is an existing file that does not look binary, else NanobertError.
+    `alternative` is added to the advice for a directory."""
     path = Path(path)
     if not path.exists():
         raise NanobertError(f"no such file: {path}; check the path")
     if path.is_dir():
-        raise NanobertError(f"{path} is a directory; pass a text file (or the directory to load_documents)")
+        raise NanobertError(
+            f"{path} is a directory; pass a text file{f' ({alternative})' if alternative else ''}"
+        )
     with path.open("rb") as file:
         head = file.read(8192)
     # Text never contains NUL; images, archives and checkpoints nearly always do, early on.
     if b"\0" in head:
         raise NanobertError(f"{path} looks like a binary file (it has NUL bytes); pass a UTF-8 text file")
-    return documents_from_lines(_utf8_lines(path))
+    return path
 
 
 def documents_from_hf(dataset: Iterable[dict[str, str]]) -> list[Document]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ import numpy as np
 import torch
 
 from nanobert.checkpoint import CAUSAL_LM, PRETRAINING, load_language_model
+from nanobert.corpus import check_text_file
 from nanobert.device import resolve_device
 from nanobert.errors import NanobertError, check_output_file
 from nanobert.explain import Trace, explain
@@ -321,9 +323,16 @@ class InferenceModel:
         return Generation(prompt, continuation, text, self.tokens(new), probabilities, stop)
 
 
+def has_words(text: str) -> bool:
+    """Whether `text` holds anything but whitespace and invisible format characters (zero-width spaces and
+    joiners, which the tokenizer drops, so such a text would encode as [CLS] [SEP] alone)."""
+    return any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in text)
+
+
 def require_words(*texts: str | None) -> None:
-    """NanobertError when a given text is empty or only whitespace (None means no text was asked for)."""
-    if any(t is not None and not t.strip() for t in texts):
+    """NanobertError when a given text is empty, only whitespace or only invisible characters (None means no
+    text was asked for)."""
+    if any(t is not None and not has_words(t) for t in texts):
         raise NanobertError("the text is empty; type a sentence")
 
 
@@ -364,15 +373,13 @@ def load(checkpoint: str | Path, device: str = "cpu") -> InferenceModel:
 
 def read_lines(path: str | Path) -> list[str]:
     """The lines of a UTF-8 text file (line i is text i; blank lines are kept so rows stay aligned)."""
-    path = Path(path)
-    if not path.is_file():
-        raise NanobertError(f"input file {path} does not exist; give a text file with one text per line")
+    path = check_text_file(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError:
         raise NanobertError(f"{path} is not UTF-8 text; re-encode it as UTF-8") from None
-    if not lines:
-        raise NanobertError(f"{path} is empty; give it one text per line")
+    if not any(has_words(line) for line in lines):
+        raise NanobertError(f"{path} has no text; give it one text per line")
     return lines
 
 
