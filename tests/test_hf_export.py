@@ -1,6 +1,7 @@
 """Export to and import from transformers directories: clean loads, logit parity, lossless round trips."""
 
 import json
+import re
 import shutil
 
 import pytest
@@ -208,3 +209,58 @@ def test_a_causal_checkpoint_exports_as_bert_lm_head_model(causal_checkpoint, tm
     back, config = load_causal_lm(tmp_path / "back")
     assert config["kind"] == "causal_lm"
     assert all(torch.equal(v, back.state_dict()[k]) for k, v in ours.state_dict().items())
+
+
+def _damage(root, exported, change):
+    """A copy of the exported directory with one file changed by `change(dir)`."""
+    damaged = root / "damaged"
+    shutil.copytree(exported, damaged)
+    change(damaged)
+    return damaged
+
+
+def _edit_config(**fields):
+    def change(d):
+        config = json.loads((d / "config.json").read_text())
+        config.update(fields)
+        (d / "config.json").write_text(json.dumps(config))
+
+    return change
+
+
+def _weights_as_bin(payload):
+    def change(d):
+        (d / "model.safetensors").unlink()
+        (d / "pytorch_model.bin").write_bytes(payload)
+
+    return change
+
+
+def _vocab_only(lines_edit):
+    def change(d):
+        (d / "tokenizer.json").unlink()
+        lines = (d / "vocab.txt").read_text().splitlines()
+        (d / "vocab.txt").write_text("\n".join(lines_edit(lines)) + "\n")
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (lambda d: (d / "config.json").write_text("[1, 2]"), "is not a JSON object"),
+        (_edit_config(vocab_size="197"), "ModelConfig.vocab_size is '197', not int"),
+        (_edit_config(is_decoder="yes"), "ModelConfig.is_decoder is 'yes', not bool"),
+        (_weights_as_bin(b"garbage"), "cannot read the weights"),
+        (_vocab_only(lambda lines: [*lines[:10], lines[0], *lines[11:]]), "lists a token twice"),
+        (_vocab_only(lambda lines: lines), None),  # vocab.txt alone imports
+    ],
+)
+def test_damaged_transformers_directories_are_one_line_errors(exported, tmp_path, change, needle):
+    damaged = _damage(tmp_path, exported, change)
+    if needle is None:
+        import_hf(damaged, tmp_path / "ok")
+        return
+    with pytest.raises(NanobertError, match=re.escape(needle)):
+        import_hf(damaged, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.tmp-*"))

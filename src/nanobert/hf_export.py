@@ -16,6 +16,7 @@ absent head initialised freshly and the vocabulary renumbered when its special t
 from __future__ import annotations
 
 import json
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from nanobert.checkpoint import (
     save_checkpoint,
     write_atomically,
 )
-from nanobert.config import ModelConfig
+from nanobert.config import ModelConfig, config_from_dict
 from nanobert.errors import NanobertError, check_output_dir
 from nanobert.model import BertForPreTraining, BertLMHeadModel
 from nanobert.tokenizer import CLS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, load_tokenizer, save_tokenizer
@@ -130,7 +131,7 @@ def from_hf_config(hf: dict) -> ModelConfig:
         "pad_token_id",
         "is_decoder",
     )
-    return ModelConfig(**{n: hf[n] for n in names if n in hf and hf[n] is not None})
+    return config_from_dict(ModelConfig, {n: hf[n] for n in names if n in hf and hf[n] is not None})
 
 
 # A causal model (BertLMHeadModel) calls its vocabulary head lm_head; the table names it mlm_head.
@@ -304,8 +305,11 @@ def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
                 f"{directory} has no {HF_WEIGHTS_NAME} or pytorch_model.bin; "
                 "point at a transformers model directory"
             )
-    except (SafetensorError, OSError, ValueError, RuntimeError, KeyError, json.JSONDecodeError) as e:
+    except (SafetensorError, OSError, ValueError, RuntimeError, KeyError, TypeError, AttributeError,
+            pickle.UnpicklingError) as e:  # fmt: skip
         raise NanobertError(f"cannot read the weights in {directory} ({str(e).splitlines()[0]})") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise NanobertError(f"the weights in {directory} are not a name -> tensor mapping")
     # Old TensorFlow conversions name LayerNorm parameters gamma/beta; transformers renames them on load too.
     renamed = {}
     for k, v in state.items():
@@ -324,10 +328,17 @@ def _read_hf_tokenizer(directory: Path) -> Any:
         if json.loads(tokenizer.to_str())["model"]["type"] != "WordPiece":
             raise NanobertError(f"{directory}: only WordPiece (BERT) tokenizers can be imported")
     elif (directory / "vocab.txt").is_file():
-        vocab = (directory / "vocab.txt").read_text(encoding="utf-8").splitlines()
-        settings = {}
-        if (directory / "tokenizer_config.json").is_file():
-            settings = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
+        try:
+            vocab = (directory / "vocab.txt").read_text(encoding="utf-8").splitlines()
+            settings = {}
+            if (directory / "tokenizer_config.json").is_file():
+                settings = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise NanobertError(f"cannot read the tokenizer files in {directory} ({e})") from None
+        if not isinstance(settings, dict):
+            raise NanobertError(f"{directory / 'tokenizer_config.json'} is not a JSON object")
+        if len(set(vocab)) != len(vocab):  # ids are line numbers: a repeated token leaves a gap
+            raise NanobertError(f"{directory / 'vocab.txt'} lists a token twice; each id needs its own token")
         lowercase = settings.get("do_lower_case", True)
         tokenizer = Tokenizer(
             models.WordPiece(
@@ -365,6 +376,10 @@ def _specials_first(tokenizer: Any, vocab_size: int) -> tuple[Any, list[int] | N
     exactly as it was while meeting nanobert's convention.
     """
     vocab = tokenizer.get_vocab(with_added_tokens=True)
+    if sorted(vocab.values()) != list(range(len(vocab))):
+        raise NanobertError(
+            "the tokenizer's ids are not 0..N-1 (a repeated token or a gap); it cannot be imported"
+        )
     absent = [t for t in SPECIAL_TOKENS if t not in vocab]
     if absent:
         raise NanobertError(
@@ -413,6 +428,8 @@ def import_hf(hf_dir: str | Path, out: str | Path, overwrite: bool = False, seed
         hf_config = json.loads((hf_dir / HF_CONFIG_NAME).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise NanobertError(f"{hf_dir / HF_CONFIG_NAME} is not valid JSON") from None
+    if not isinstance(hf_config, dict):
+        raise NanobertError(f"{hf_dir / HF_CONFIG_NAME} is not a JSON object (a transformers config)")
     if hf_config.get("model_type", "bert") != "bert":
         raise NanobertError(f"{hf_dir} holds a {hf_config['model_type']!r} model; only BERT can be imported")
     config = from_hf_config(hf_config)
