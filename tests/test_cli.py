@@ -174,3 +174,9 @@ def test_set_objective_causal_is_the_same_as_the_objective_option(tmp_path, caps
     option = pretrain(tmp_path / "option", "--objective", "causal")
     tokenizer = ["--tokenizer", str(tmp_path / "option" / "last")]  # WordPiece training may break ties apart
     assert pretrain(tmp_path / "set", *tokenizer, "--set", "objective=causal") == option
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.startswith("nanobert 0.")

@@ -165,7 +165,18 @@ def test_bad_directories_are_one_line_errors(checkpoint, tmp_path, capsys, argv,
     (tmp_path / "roberta").mkdir()
     (tmp_path / "roberta" / "config.json").write_text(json.dumps({"model_type": "roberta"}))
     (tmp_path / "no-weights").mkdir()
-    (tmp_path / "no-weights" / "config.json").write_text(json.dumps({"model_type": "bert", "vocab_size": 50}))
+    (tmp_path / "no-weights" / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "bert",
+                "vocab_size": 50,
+                "hidden_size": 8,
+                "num_hidden_layers": 1,
+                "num_attention_heads": 2,
+                "intermediate_size": 16,
+            }
+        )
+    )
     before = sorted(p.name for p in checkpoint.iterdir())
     code = main([a.format(tmp=tmp_path, ckpt=checkpoint, parent=checkpoint.parent) for a in argv])
     err = capsys.readouterr().err.strip()
@@ -251,6 +262,7 @@ def _vocab_only(lines_edit):
         (lambda d: (d / "config.json").write_text("[1, 2]"), "is not a JSON object"),
         (_edit_config(vocab_size="197"), "ModelConfig.vocab_size is '197', not int"),
         (_edit_config(is_decoder="yes"), "ModelConfig.is_decoder is 'yes', not bool"),
+        (lambda d: (d / "config.json").write_text('{"model_type": "bert"}'), "lacks vocab_size, hidden_size"),
         (_weights_as_bin(b"garbage"), "cannot read the weights"),
         (_vocab_only(lambda lines: [*lines[:10], lines[0], *lines[11:]]), "lists a token twice"),
         (_vocab_only(lambda lines: lines), None),  # vocab.txt alone imports

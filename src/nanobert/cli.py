@@ -713,6 +713,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(
         prog="nanobert", description="Pretrain, inspect, fine-tune and export a from-scratch BERT."
     )
+    from nanobert import __version__
+
+    parser.add_argument("--version", action="version", version=f"nanobert {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
     _add_pretrain(sub)
     _add_prepare(sub)

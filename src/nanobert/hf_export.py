@@ -110,8 +110,18 @@ def to_hf_config(config: ModelConfig) -> dict:
     }
 
 
+_HF_SHAPE = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+
+
 def from_hf_config(hf: dict) -> ModelConfig:
     """A nanobert ModelConfig from a transformers BERT config dict (absolute positions, GELU only)."""
+    # transformers' defaults for absent fields describe BERT-base; a config that omits the shape of its
+    # weights would be read as that and fail later on every tensor, so the shape must be written down.
+    absent = [n for n in _HF_SHAPE if n not in hf]
+    if absent:
+        raise NanobertError(
+            f"the transformers config lacks {', '.join(absent)}; the weights' shape needs them"
+        )
     if hf.get("position_embedding_type", "absolute") != "absolute":
         raise NanobertError("only absolute position embeddings are supported")
     if hf.get("hidden_act", "gelu") != "gelu":
