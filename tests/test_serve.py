@@ -228,6 +228,16 @@ def test_a_run_gets_its_model_when_a_checkpoint_appears(run, tmp_path):
         assert "not a nanobert checkpoint config" in info["error"] and "still showing" in info["error"]
 
 
+def test_a_broken_best_falls_back_to_last(run, tmp_path):
+    live = tmp_path / "live"
+    shutil.copytree(run, live)
+    (live / "best" / "config.json").write_text("garbage{")
+    with serving(live) as base:
+        info = call(base, "info")[1]
+        assert info["checkpoint"] == str(live / "last") and "showing" in info["error"]
+        assert call(base, "fill-mask", {"text": "alpha [MASK] charlie ."})[0] == 200
+
+
 def test_a_long_model_request_does_not_hold_up_the_others(run):
     """Model requests run in the thread pool, so info answers while one is being worked on."""
     served = Served(run)

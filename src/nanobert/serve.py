@@ -159,10 +159,22 @@ class Served:
                     self._load(found[0])
                     self.reload_error = None
                 except NanobertError as e:
-                    if self.kind is None:
-                        raise
-                    self.reload_error = f"{e}; still showing the version loaded before"
+                    if self.kind is None:  # nothing to show yet: a run's last/ will do while best/ is broken
+                        self._load_another(candidates[candidates.index(found[0]) + 1 :], e)
+                        self.reload_error = f"{e}; showing {self.checkpoint} instead"
+                    else:
+                        self.reload_error = f"{e}; still showing the version loaded before"
                 self.stamp = found[1]
+
+    def _load_another(self, candidates: list[Path], error: NanobertError) -> None:
+        """Load the first of `candidates` that loads; else raise `error`, the first candidate's failure."""
+        for candidate in candidates:
+            if _stamp(candidate) is not None:
+                try:
+                    return self._load(candidate)
+                except NanobertError:
+                    continue
+        raise error
 
     def _load(self, checkpoint: Path) -> None:
         """Replace what is loaded with `checkpoint`, all or nothing (a failed load keeps the previous one)."""
