@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 import time
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script
@@ -713,9 +714,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(
         prog="nanobert", description="Pretrain, inspect, fine-tune and export a from-scratch BERT."
     )
-    from nanobert import __version__
-
-    parser.add_argument("--version", action="version", version=f"nanobert {__version__}")
+    try:
+        installed = version("nanobert")  # the package's own __init__ sits above the CLI's floor
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        installed = "(not installed)"
+    parser.add_argument("--version", action="version", version=f"nanobert {installed}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
     _add_pretrain(sub)
     _add_prepare(sub)
