@@ -327,10 +327,9 @@ def load_finetuned(
 def _finetuned_problem(config: dict, num_labels: int, positions: int) -> str | None:
     """What is wrong with the fields `predict` reads from a fine-tuned config.json, if anything."""
     labels, columns, length = config.get("labels"), config.get("columns"), config.get("max_seq_len", 128)
-    names = isinstance(labels, list) and all(isinstance(x, str | int | float) for x in labels)
-    if config.get("task") != "regression" and not (
-        names and len(labels) == num_labels
-    ):  # regression: a score
+    named = isinstance(labels, list) and len(labels) == num_labels
+    named = named and all(isinstance(x, str | int | float) for x in labels)
+    if config.get("task") != "regression" and not named:  # regression predicts a score, no names
         return f"labels must list {num_labels} names, got {labels!r}"
     if not isinstance(columns, dict) or not isinstance(columns.get("text"), str | int):
         return f"columns must name the text column, got {columns!r}"

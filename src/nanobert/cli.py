@@ -321,12 +321,16 @@ def _cmd_finetune(args) -> int:
     """Fine-tune the encoder of a pretraining checkpoint for sentence or sentence-pair classification (or
     regression), or for extractive question answering on SQuAD JSON files (--task qa); the epoch with the best
     dev metric is kept in OUT/best."""
+    from dataclasses import fields
+
+    from nanobert.config import QAConfig
     from nanobert.finetune import FinetuneConfig, TaskSpec, finetune
     from nanobert.tabular import parse_column
 
     if args.task == "qa":
         return _cmd_finetune_qa(args)
-    _refuse_options(args, _QA_ONLY, f"--task {args.task}")
+    qa_only = {f.name for f in fields(QAConfig)} - {f.name for f in fields(FinetuneConfig)}
+    _refuse_options(args, tuple(sorted(qa_only)), f"--task {args.task}")
     if args.text_col is None or args.label_col is None:
         raise NanobertError("--text-col and --label-col are required for classification and regression")
     spec = TaskSpec(
@@ -362,9 +366,7 @@ def _refuse_options(args, names: tuple[str, ...], what: str) -> None:
         raise NanobertError(f"{' '.join(given)}: not for {what}")
 
 
-# Options of one kind of fine-tuning that the other ignores: QAConfig's own fields, and the table columns.
-_QA_ONLY = ("doc_stride", "max_query_length", "max_answer_length", "n_best_size", "null_score_threshold",
-            "max_train_examples")  # fmt: skip
+# What question answering ignores: the options that name table columns and formats.
 _TABLE_OPTIONS = ("format", "encoding", "text_col", "text_pair_col")
 
 

@@ -34,6 +34,12 @@ def positive_int(text: str) -> int:
     return value
 
 
+def within(path: str | Path, folder: str | Path) -> bool:
+    """Whether `path` is `folder` or lies inside it (both resolved, so links and `..` count as they point)."""
+    path, folder = Path(path).resolve(), Path(folder).resolve()
+    return path == folder or folder in path.parents
+
+
 def check_input_file(path: str | Path, option: str) -> Path:
     """`path` as a Path if it is a file to read, else a NanobertError naming the option that gave it; for
     scripts that read a file only after a long run, so that a mistyped path fails at the start instead."""
@@ -69,12 +75,12 @@ def check_output_dir(
     `kind` names such an output in the messages.
     """
     out = Path(out)
-    where = out.resolve()
-    for source in map(Path, inputs):
-        if where == source.resolve():
-            raise NanobertError(f"output {out} is the input {source}; choose another output directory")
-        if where in source.resolve().parents:
-            raise NanobertError(f"output {out} holds the input {source}; choose another output directory")
+    for source in inputs:
+        if within(source, out):
+            relation = "is" if within(out, source) else "holds"
+            raise NanobertError(
+                f"output {out} {relation} the input {source}; choose another output directory"
+            )
     if out.exists() and not out.is_dir():
         raise NanobertError(f"output {out} is a file; give a directory")
     check_output_file(out / holds)  # no file where one of its folders goes

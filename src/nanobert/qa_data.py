@@ -70,11 +70,10 @@ def read_squad(path: str | Path) -> list[QAExample]:
     if not examples:
         raise NanobertError(f"{path} holds no questions")
     seen: set[str] = set()
-    for example in examples:  # predictions and scores are keyed by id: a repeat would silently drop one
-        if example.id in seen:
+    for example in examples:
+        if example.id in seen:  # predictions and scores are keyed by id: a repeat would silently drop one
             raise NanobertError(f"{path}: question id {example.id} occurs twice; ids must be unique")
         seen.add(example.id)
-    for example in examples:
         example.version_2 = version_2
     return examples
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from nanobert.errors import NanobertError
+from nanobert.errors import NanobertError, within
 
 METRICS_NAME = "metrics.jsonl"
 SUMMARY_NAME = "summary.json"
@@ -34,10 +34,8 @@ def prepare_out_dir(
     other ranks of a data-parallel run only check). `resumable` adds "--resume" to the advice. `inputs`
     (paths the job reads, such as the checkpoint it fine-tunes) may not lie in what a new run replaces.
     """
-    replaced = [(out_dir / name).resolve() for name in RUN_ARTEFACTS]
-    for source in map(Path, filter(None, inputs)):
-        where = source.resolve()
-        if any(where == r or r in where.parents for r in replaced):
+    for source in filter(None, inputs):
+        if any(within(source, out_dir / name) for name in RUN_ARTEFACTS):
             raise NanobertError(
                 f"{source} belongs to the run in {out_dir}, which this job would replace; choose another "
                 "--out"

@@ -136,9 +136,8 @@ class Served:
             )
         self.checkpoint, self.kind, self.model, self.classifier, self.qa = None, None, None, None, None
         self.stamp: tuple[str, int, int] | None = None
-        self.reload_error: str | None = (
-            None  # why the newest version failed to load, while an older one serves
-        )
+        # why the newest version failed to load, while an older one goes on serving
+        self.reload_error: str | None = None
         self.lock = threading.Lock()  # requests are answered from a thread pool: one load at a time
         self.model_lock = threading.Lock()  # and one model request at a time (info and run do not wait)
         self.refresh()

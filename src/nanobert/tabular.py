@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from nanobert.errors import NanobertError, check_output_file
+from nanobert.errors import NanobertError
 
 FORMATS = ("csv", "tsv", "jsonl")
 _EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
@@ -234,7 +234,7 @@ def write_table(table: Table, new_columns: dict[str, list[Any]], out: str | Path
     if out is None:
         emit(sys.stdout)
     elif isinstance(out, (str, Path)):
-        check_output_file(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
         with open(out, "w", encoding="utf-8", newline="") as f:
             emit(f)
     else:
