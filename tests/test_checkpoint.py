@@ -1,5 +1,6 @@
 import json
 import re
+import shutil
 import subprocess
 import sys
 
@@ -7,6 +8,7 @@ import pytest
 import torch
 
 from nanobert.checkpoint import (
+    being_replaced,
     load_pretraining_checkpoint,
     load_train_config,
     load_trainer_state,
@@ -49,12 +51,42 @@ def test_interrupted_write_keeps_previous(tmp_path, tiny_config):
     load_pretraining_checkpoint(tmp_path / "ck")  # the previous one is intact
 
 
+def dead_pid() -> int:
+    """The PID of a process that has exited."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
 def test_crash_between_renames_is_recovered(tmp_path, tiny_config):
     model = BertForPreTraining(tiny_config)
     save_checkpoint(tmp_path / "ck", model, None, None)
-    (tmp_path / "ck").rename(tmp_path / "ck.old")  # as if killed after the first rename
+    old = tmp_path / f".ck.old-{dead_pid()}"
+    (tmp_path / "ck").rename(old)  # as if killed after the first rename
     load_pretraining_checkpoint(tmp_path / "ck")
-    assert not (tmp_path / "ck.old").exists()
+    assert not old.exists()
+
+
+def test_crash_after_both_renames_leaves_the_new_checkpoint(tmp_path, tiny_config):
+    save_checkpoint(tmp_path / "ck", BertForPreTraining(tiny_config), None, None)
+    old = tmp_path / f".ck.old-{dead_pid()}"
+    shutil.copytree(tmp_path / "ck", old)  # killed before deleting the old one
+    save_checkpoint(tmp_path / "ck", BertForPreTraining(tiny_config), TrainConfig(), None)
+    assert not old.exists() and read_config(tmp_path / "ck")["train"] is not None
+
+
+def test_a_users_dot_old_directory_is_never_touched(tmp_path, tiny_config):
+    """`NAME.old` may be the user's own copy: neither reading nor saving NAME may rename or delete it."""
+    save_checkpoint(tmp_path / "ck", BertForPreTraining(tiny_config), None, None)
+    shutil.copytree(tmp_path / "ck", tmp_path / "ck.old")
+    (tmp_path / "ck.old" / "notes.txt").write_text("mine")
+    load_pretraining_checkpoint(tmp_path / "ck")
+    save_checkpoint(tmp_path / "ck", BertForPreTraining(tiny_config), TrainConfig(), None)
+    assert (tmp_path / "ck.old" / "notes.txt").read_text() == "mine"
+    shutil.copytree(tmp_path / "ck.old", tmp_path / "lone.old")  # only NAME.old: no checkpoint NAME appears
+    with pytest.raises(NanobertError, match="does not exist"):
+        read_config(tmp_path / "lone")
+    assert (tmp_path / "lone.old").is_dir() and not (tmp_path / "lone").exists()
 
 
 def test_corrupt_and_missing(tmp_path, tiny_config):
@@ -98,22 +130,23 @@ def test_one_loader_per_kind_refuses_the_other_kinds(tmp_path, tiny_config):
 
 
 def test_a_reader_leaves_a_live_writers_swap_alone(tmp_path, tiny_config):
-    """Between the writer's two renames only NAME.old exists; a reader (`nanobert serve` watching a run) must
-    not rename it back while the writer still runs, or the writer's second rename fails."""
+    """Between the writer's two renames only its .NAME.old-PID exists; a reader (`nanobert serve` watching a
+    run) must not rename it back while the writer still runs, or the writer's second rename fails."""
     ck = tmp_path / "ck"
     save_checkpoint(ck, BertForPreTraining(tiny_config), TrainConfig(), None)
-    ck.rename(tmp_path / "ck.old")  # the writer's first rename
     writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    old = tmp_path / f".ck.old-{writer.pid}"
     try:
-        (tmp_path / f".ck.tmp-{writer.pid}").mkdir()  # its temporary, not yet renamed into place
+        ck.rename(old)  # the writer's first rename
+        assert being_replaced(ck)
         with pytest.raises(NanobertError):
             read_config(ck)
-        assert (tmp_path / "ck.old").is_dir() and not ck.exists()
+        assert old.is_dir() and not ck.exists()
     finally:
         writer.kill()
         writer.wait()
     read_config(ck)  # the writer died mid-swap: now the reader puts the old checkpoint back
-    assert ck.is_dir() and not (tmp_path / "ck.old").exists()
+    assert ck.is_dir() and not old.exists() and not being_replaced(ck)
 
 
 def test_a_run_directory_given_as_a_checkpoint_names_its_checkpoints(tmp_path, tiny_config):

@@ -187,7 +187,7 @@ def swap_in(source, checkpoint):
     tmp = checkpoint.with_name(f".{checkpoint.name}.tmp-test")
     shutil.copytree(source, tmp)
     if checkpoint.exists():
-        old = checkpoint.with_name(checkpoint.name + ".old")
+        old = checkpoint.with_name(f".{checkpoint.name}.old-{os.getpid()}")
         checkpoint.rename(old)
         tmp.rename(checkpoint)
         shutil.rmtree(old)

@@ -1,9 +1,10 @@
 """A checkpoint is a directory: config.json, model.safetensors, the tokenizer files, and trainer_state.pt.
 
 Writes are atomic at the directory level: everything goes to a sibling temporary directory, which is then
-renamed into place. Replacing an existing checkpoint takes two renames (old -> `NAME.old`, new -> `NAME`);
-if the process dies between them, the next save or load finds `NAME.old` and restores it, so an interrupted
-save never destroys the previous good checkpoint. Weights are read through safetensors and trainer state with
+renamed into place. Replacing an existing checkpoint takes two renames (old -> `.NAME.old-PID`, new ->
+`NAME`); if the process dies between them, the next save or load finds the writer's `.NAME.old-PID` and
+restores it, so an interrupted save never destroys the previous good checkpoint. The hidden, PID-stamped name
+is the writer's own: a user's `NAME.old` is never touched. Weights are read through safetensors and trainer state with
 `torch.load(weights_only=True)`: nothing in a checkpoint is unpickled. A temporary directory left by a
 process killed mid-write is removed by the next save of the same checkpoint.
 """
@@ -49,19 +50,6 @@ COMMANDS = {
 }
 
 
-def _recover(directory: Path) -> None:
-    """Finish or undo a replacement that was interrupted between its two renames. Nothing while another
-    process is still writing one (a reader, such as `nanobert serve` watching a run, must not race it)."""
-    old = directory.with_name(directory.name + ".old")
-    if old.is_dir() and not _writer_alive(directory):
-        if directory.is_dir() and (directory / CONFIG_NAME).is_file():
-            shutil.rmtree(old)  # the new one landed; the old one only awaited deletion
-        else:
-            if directory.exists():
-                shutil.rmtree(directory)
-            os.replace(old, directory)
-
-
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -72,25 +60,46 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _other_writers(directory: Path) -> list[tuple[Path, bool]]:
-    """Other processes' temporaries for `directory` (`.NAME.tmp-PID`), each with whether its writer runs."""
+def _stamped(directory: Path, tag: str) -> list[tuple[Path, int]]:
+    """Other processes' `.NAME.TAG-PID` siblings of `directory` (temporaries, set-aside old checkpoints),
+    each with its writer's PID, newest first."""
     found = []
-    for tmp in directory.parent.glob(f".{directory.name}.tmp-*"):
-        pid = tmp.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid():
-            found.append((tmp, _pid_alive(int(pid))))
-    return found
+    for path in directory.parent.glob(f".{directory.name}.{tag}-*"):
+        pid = path.name.rsplit("-", 1)[-1]
+        try:  # another reader may recover it between the listing and here
+            if pid.isdigit() and int(pid) != os.getpid():
+                found.append((path.stat().st_mtime_ns, path, int(pid)))
+        except FileNotFoundError:
+            continue
+    return [(path, pid) for _, path, pid in sorted(found, reverse=True)]
 
 
-def _writer_alive(directory: Path) -> bool:
-    """Whether another live process is writing a replacement for `directory`."""
-    return any(alive for _, alive in _other_writers(directory))
+def being_replaced(directory: Path) -> bool:
+    """Whether a save is between its two renames at `directory` (or died there and awaits recovery)."""
+    return any(directory.parent.glob(f".{directory.name}.old-*"))
+
+
+def _recover(directory: Path) -> None:
+    """Finish or undo a replacement that was interrupted between its two renames: the dead writer's
+    `.NAME.old-PID` goes back to NAME if NAME is missing, and is deleted if the new NAME landed. Nothing while
+    its writer still runs (a reader, such as `nanobert serve` watching a run, must not race it)."""
+    for old, pid in _stamped(directory, "old"):
+        if _pid_alive(pid):
+            continue
+        if (directory / CONFIG_NAME).is_file():
+            shutil.rmtree(old, ignore_errors=True)  # the new one landed; the old one only awaited deletion
+        elif not directory.exists():
+            try:
+                os.replace(old, directory)
+            except OSError:  # another reader put it back first
+                pass
+        # NAME exists but is no checkpoint: not ours to delete; reading it says so
 
 
 def _remove_stale_temporaries(directory: Path) -> None:
     """Delete `.NAME.tmp-PID` directories whose writer no longer runs (it was killed mid-write)."""
-    for stale, alive in _other_writers(directory):
-        if not alive:
+    for stale, pid in _stamped(directory, "tmp"):
+        if not _pid_alive(pid):
             shutil.rmtree(stale, ignore_errors=True)
 
 
@@ -119,7 +128,9 @@ def write_atomically(directory: str | Path, write: Any) -> Path:
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
     if directory.exists():
-        old = directory.with_name(directory.name + ".old")
+        old = directory.with_name(f".{directory.name}.old-{os.getpid()}")
+        if old.exists():  # left by an earlier process that had this PID
+            shutil.rmtree(old)
         os.replace(directory, old)
         os.replace(tmp, directory)
         shutil.rmtree(old, ignore_errors=True)  # a reader may have finished the clean-up (`_recover`)
@@ -165,10 +176,7 @@ def save_checkpoint(
 def read_config(directory: str | Path) -> dict:
     """config.json of a checkpoint directory, with one-line errors for anything that is not a checkpoint."""
     directory = Path(directory)
-    if directory.exists():
-        _recover(directory)
-    elif directory.with_name(directory.name + ".old").is_dir():
-        _recover(directory)
+    _recover(directory)
     if not directory.is_dir():
         raise NanobertError(f"checkpoint {directory} does not exist (expected a directory such as RUN/best)")
     path = directory / CONFIG_NAME

@@ -38,6 +38,7 @@ from nanobert.checkpoint import (
     PRETRAINING,
     QUESTION_ANSWERING,
     SEQUENCE_CLASSIFICATION,
+    being_replaced,
     checkpoint_kind,
     load_finetuned,
     read_config,
@@ -104,9 +105,9 @@ def checked_body(body: Any) -> dict[str, Any]:
 
 def _stamp(checkpoint: Path) -> tuple[str, int, int] | None:
     """Which version of a checkpoint is on disk (its config.json's inode and time), None while it has none or
-    is being swapped (NAME.old exists until the writer's second rename and clean-up are done: reading then
-    would race checkpoint.py's recovery of an interrupted save)."""
-    if checkpoint.with_name(checkpoint.name + ".old").exists():
+    is being swapped (the writer's `.NAME.old-PID` exists until its second rename and clean-up are done:
+    reading then would race checkpoint.py's recovery of an interrupted save)."""
+    if being_replaced(checkpoint):
         return None
     try:
         stat = (checkpoint / CONFIG_NAME).stat()
