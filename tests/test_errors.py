@@ -64,3 +64,7 @@ def test_an_output_file_cannot_be_a_directory_or_sit_under_a_file(tmp_path):
     (tmp_path / "plain").write_text("x")
     with pytest.raises(NanobertError, match="is a file, not a folder"):
         check_output_file(tmp_path / "plain" / "out.tsv")
+    with pytest.raises(NanobertError, match="is the input"):
+        check_output_file(tmp_path / "plain", inputs=[tmp_path / "x", tmp_path / "." / "plain"])
+    with pytest.raises(NanobertError, match="lies inside the input"):
+        check_output_file(tmp_path / "model" / "config.json", inputs=[tmp_path / "model"])

@@ -121,6 +121,11 @@ def test_label_mapping_round_trips(tuned, task, tmp_path, capsys):
         assert r["prediction"] == max(("neg", "pos"), key=lambda lab: float(r[f"prob_{lab}"]))
     code, _, err = run_cli(capsys, "predict", tuned / "best", "--input", task[1], "--out", tmp_path)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "is a directory" in err
+    before = [p.read_bytes() for p in (task[1], tuned / "best" / "config.json")]
+    for out, says in ((task[1], "is the input"), (tuned / "best" / "config.json", "lies inside the input")):
+        code, _, err = run_cli(capsys, "predict", tuned / "best", "--input", task[1], "--out", out)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and says in err, err
+    assert [p.read_bytes() for p in (task[1], tuned / "best" / "config.json")] == before
 
 
 def test_predict_writes_jsonl_and_headerless_tsv(tuned, tmp_path, capsys):

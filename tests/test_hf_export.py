@@ -247,11 +247,13 @@ def _weights_as_bin(payload):
     return change
 
 
-def _vocab_only(lines_edit):
+def _vocab_only(lines_edit, tokenizer_config=None):
     def change(d):
         (d / "tokenizer.json").unlink()
-        lines = (d / "vocab.txt").read_text().splitlines()
+        lines = (d / "vocab.txt").read_text().split("\n")[:-1]
         (d / "vocab.txt").write_text("\n".join(lines_edit(lines)) + "\n")
+        if tokenizer_config is not None:
+            (d / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
 
     return change
 
@@ -266,6 +268,10 @@ def _vocab_only(lines_edit):
         (_weights_as_bin(b"garbage"), "cannot read the weights"),
         (_vocab_only(lambda lines: [*lines[:10], lines[0], *lines[11:]]), "lists a token twice"),
         (_vocab_only(lambda lines: lines), None),  # vocab.txt alone imports
+        # a token holding U+2028 is still one line of vocab.txt (as transformers reads it), so ids stay put
+        (_vocab_only(lambda lines: [*lines[:10], "odd\u2028token", *lines[11:]]), None),
+        (_vocab_only(lambda lines: lines, {"do_lower_case": "yes"}), "do_lower_case is \"yes\", not true or"),
+        (_vocab_only(lambda lines: lines, {"strip_accents": 3}), "strip_accents is 3, not true, false or null"),
     ],
 )
 def test_damaged_transformers_directories_are_one_line_errors(exported, tmp_path, change, needle):

@@ -133,6 +133,12 @@ def test_cli_embed_file(checkpoint, tmp_path, capsys, model):
     vectors = np.load(out_path)
     assert vectors.shape == (4, model.model.config.hidden_size)  # one row per line, blank ones included
     np.testing.assert_allclose(vectors, model.embed(lines), atol=1e-5)
+    # Rows follow "\n" line ends only: a form feed, U+0085 or U+2028 inside a line does not split it.
+    odd = ["first line", "second\u2028 still second", "third \x0c page", "fourth \x85 x"]
+    (tmp_path / "odd.txt").write_text("\r\n".join(odd) + "\r\n", encoding="utf-8")
+    code, out, err = run_cli(capsys, "embed", checkpoint, "--input", tmp_path / "odd.txt", "--out", out_path)
+    assert code == 0 and "4 embeddings" in out, err
+    np.testing.assert_allclose(np.load(out_path), model.embed(odd), atol=1e-5)
 
 
 def decode_png(path):

@@ -109,3 +109,15 @@ def test_write_table_appends_columns_in_the_same_format(tmp_path, name, text, he
         assert json.loads(lines[0]) == {"text": "hi", "prediction": "pos", "score": 0.5}
     write_table(table, {"prediction": ["pos"]}, tmp_path / "sub" / name)
     assert (tmp_path / "sub" / name).is_file()
+
+
+def test_tsv_cells_are_written_back_as_read(tmp_path):
+    """TSV has no quoting: a quote or backslash in a text is plain text, copied unchanged, and the output
+    reads back to the same cells."""
+    path = tmp_path / "q.tsv"
+    path.write_text('text\tlabel\nhe said "hi" to me\tpos\na back\\slash, here\tneg\n')
+    table = read_table(path)
+    out = tmp_path / "out.tsv"
+    write_table(table, {"prediction": ["pos", "neg"]}, out)
+    assert out.read_text().splitlines()[1:] == ['he said "hi" to me\tpos\tpos', "a back\\slash, here\tneg\tneg"]
+    assert read_table(out).rows == [[*row, p] for row, p in zip(table.rows, ["pos", "neg"], strict=True)]

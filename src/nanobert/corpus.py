@@ -35,6 +35,7 @@ __all__ = [
     "read_text_file",
     "split_sentences",
     "toy_documents",
+    "utf8_lines",
 ]
 
 Document = list[str]  # one article / document: its sentences, in order
@@ -174,7 +175,7 @@ def documents_from_lines(lines: Iterable[str]) -> list[Document]:
     return [document for document in documents if document]
 
 
-def _utf8_lines(path: Path) -> Iterator[str]:
+def utf8_lines(path: Path) -> Iterator[str]:
     """The lines of `path` decoded as UTF-8, one at a time, without a leading byte-order mark.
 
     Raises NanobertError at the first line that is not valid UTF-8, naming the byte offset.
@@ -201,7 +202,7 @@ def read_text_file(path: str | Path) -> list[Document]:
     the file looks binary (a NUL byte in its first 8 KiB), or when it is not valid UTF-8 (naming the byte
     offset of the first bad byte). The file is streamed, so WikiText-103 is never in memory twice.
     """
-    return documents_from_lines(_utf8_lines(check_text_file(path, "or the directory to load_documents")))
+    return documents_from_lines(utf8_lines(check_text_file(path, "or the directory to load_documents")))
 
 
 def check_text_file(path: str | Path, alternative: str = "") -> Path:

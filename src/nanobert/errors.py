@@ -49,9 +49,14 @@ def check_input_file(path: str | Path, option: str) -> Path:
     return path
 
 
-def check_output_file(path: str | Path) -> Path:
-    """`path` as a Path if a file can be written there: not a directory, no file where its folder goes."""
+def check_output_file(path: str | Path, inputs: Iterable[str | Path] = ()) -> Path:
+    """`path` as a Path if a file can be written there: not a directory, no file where its folder goes, and
+    neither one of `inputs` nor inside one (an input file, a model directory) that writing would destroy."""
     path = Path(path)
+    for source in inputs:
+        if within(path, source):
+            relation = "is" if within(source, path) else "lies inside"
+            raise NanobertError(f"output {path} {relation} the input {source}; choose another output file")
     if path.is_dir():
         raise NanobertError(f"output {path} is a directory; give a file name")
     if path.name == "":  # "." or "/": no name to write under

@@ -289,7 +289,7 @@ def predict(
     returned dict carries the metrics.
     """
     if isinstance(out, str | Path):
-        check_output_file(out)  # before the model runs, not after
+        check_output_file(out, inputs=(input_file, model_dir))  # before the model runs, not after
     dev = resolve_device(device)
     model, tokenizer, config = load_finetuned(model_dir, dev)
     columns = config["columns"]

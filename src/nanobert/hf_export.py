@@ -339,7 +339,10 @@ def _read_hf_tokenizer(directory: Path) -> Any:
             raise NanobertError(f"{directory}: only WordPiece (BERT) tokenizers can be imported")
     elif (directory / "vocab.txt").is_file():
         try:
-            vocab = (directory / "vocab.txt").read_text(encoding="utf-8").splitlines()
+            # as transformers' load_vocab reads it: one token per line, lines split at "\n", "\r\n" or "\r"
+            # only (str.splitlines() would also split a token at U+0085 or U+2028 and shift every id after it)
+            with open(directory / "vocab.txt", encoding="utf-8") as f:
+                vocab = [line.rstrip("\n") for line in f]
             settings = {}
             if (directory / "tokenizer_config.json").is_file():
                 settings = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
@@ -349,7 +352,20 @@ def _read_hf_tokenizer(directory: Path) -> Any:
             raise NanobertError(f"{directory / 'tokenizer_config.json'} is not a JSON object")
         if len(set(vocab)) != len(vocab):  # ids are line numbers: a repeated token leaves a gap
             raise NanobertError(f"{directory / 'vocab.txt'} lists a token twice; each id needs its own token")
-        lowercase = settings.get("do_lower_case", True)
+        # transformers' BertTokenizer settings: two booleans, and strip_accents a boolean or null (= follow
+        # lowercasing)
+        options = {
+            "do_lower_case": settings.get("do_lower_case", True),
+            "tokenize_chinese_chars": settings.get("tokenize_chinese_chars", True),
+            "strip_accents": settings.get("strip_accents"),
+        }
+        for key, value in options.items():
+            if not (isinstance(value, bool) or (key == "strip_accents" and value is None)):
+                kind = "true, false or null" if key == "strip_accents" else "true or false"
+                raise NanobertError(
+                    f"{directory / 'tokenizer_config.json'}: {key} is {json.dumps(value)}, not {kind}"
+                )
+        lowercase = options["do_lower_case"]
         tokenizer = Tokenizer(
             models.WordPiece(
                 vocab={t: i for i, t in enumerate(vocab)},
@@ -361,8 +377,8 @@ def _read_hf_tokenizer(directory: Path) -> Any:
         tokenizer.normalizer = normalizers.BertNormalizer(
             lowercase=lowercase,
             clean_text=True,
-            handle_chinese_chars=settings.get("tokenize_chinese_chars", True),
-            strip_accents=settings.get("strip_accents"),
+            handle_chinese_chars=options["tokenize_chinese_chars"],
+            strip_accents=options["strip_accents"],
         )
         tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         tokenizer.decoder = decoders.WordPiece(prefix="##")

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from nanobert.checkpoint import CAUSAL_LM, PRETRAINING, load_language_model
-from nanobert.corpus import check_text_file
+from nanobert.corpus import check_text_file, utf8_lines
 from nanobert.device import resolve_device
 from nanobert.errors import NanobertError, check_output_file
 from nanobert.explain import Trace, explain
@@ -374,10 +374,9 @@ def load(checkpoint: str | Path, device: str = "cpu") -> InferenceModel:
 def read_lines(path: str | Path) -> list[str]:
     """The lines of a UTF-8 text file (line i is text i; blank lines are kept so rows stay aligned)."""
     path = check_text_file(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError:
-        raise NanobertError(f"{path} is not UTF-8 text; re-encode it as UTF-8") from None
+    # Lines end at "\n" only (and "\r\n"): str.splitlines() would also split at a form feed, U+0085 or
+    # U+2028 inside a text, and row i of an output would no longer be line i.
+    lines = [line.removesuffix("\n").removesuffix("\r") for line in utf8_lines(path)]
     if not any(has_words(line) for line in lines):
         raise NanobertError(f"{path} has no text; give it one text per line")
     return lines
@@ -390,7 +389,7 @@ def embed_file(
 
     Returns the path written and the matrix's shape. Row i is line i of the input.
     """
-    out_path = check_output_file(out_path)
+    out_path = check_output_file(out_path, inputs=(check_text_file(input_path),))
     if out_path.suffix != ".npy":
         raise NanobertError(f"output {out_path} should end in .npy (it is written with np.save)")
     vectors = model.embed(read_lines(input_path), batch_size=batch_size)

@@ -43,10 +43,10 @@ from nanobert.corpus import (
     WIKITEXT_HF_NAMES,
     Document,
     _heading_level,  # the heading rule and the UTF-8 line reader of read_text_file, shared, not copied
-    _utf8_lines,
     find_wikitext_file,
     load_documents,
     split_sentences,
+    utf8_lines,
 )
 from nanobert.errors import NanobertError, check_output_dir
 from nanobert.pretraining_data import (
@@ -112,7 +112,7 @@ def iter_documents(path: str | Path) -> Iterator[Document]:
     _check_text_file(path)
     titled = _has_title(path)
     document: Document = []
-    for line in _utf8_lines(path):
+    for line in utf8_lines(path):
         if not line.strip():
             if not titled and document:  # without titles, a blank line ends a document
                 yield document

@@ -306,7 +306,7 @@ def predict_qa(
     if batch_size is not None and batch_size < 1:
         raise NanobertError(f"--batch-size must be at least 1, not {batch_size}")
     if out is not None:
-        check_output_file(out)  # before the model runs, not after
+        check_output_file(out, inputs=(input_file, model_dir))  # before the model runs, not after
     qa = load_qa_model(model_dir, device, null_score_threshold)
     examples = read_squad(input_file)
     answers = _write_answers(qa.predict(examples, batch_size), Path(out) if out is not None else None)

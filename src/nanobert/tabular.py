@@ -221,15 +221,17 @@ def write_table(table: Table, new_columns: dict[str, list[Any]], out: str | Path
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
             return
         if table.format == "tsv":
-            writer = csv.writer(
-                f, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar="\\", lineterminator="\n"
-            )
+            # Cells as read: TSV has no quoting (GLUE's convention), so a quote or backslash is plain text
+            # and must not be escaped; a cell read from TSV holds no tab or newline.
+            def write_row(cells: list[Any]) -> None:
+                f.write("\t".join(map(str, cells)) + "\n")
+
         else:
-            writer = csv.writer(f, lineterminator="\n")
+            write_row = csv.writer(f, lineterminator="\n").writerow
         if table.header is not None:
-            writer.writerow([*table.header, *names])
+            write_row([*table.header, *names])
         for i, row in enumerate(table.rows):
-            writer.writerow([*row, *extra(i)])
+            write_row([*row, *extra(i)])
 
     if out is None:
         emit(sys.stdout)
