@@ -119,5 +119,6 @@ def test_tsv_cells_are_written_back_as_read(tmp_path):
     table = read_table(path)
     out = tmp_path / "out.tsv"
     write_table(table, {"prediction": ["pos", "neg"]}, out)
-    assert out.read_text().splitlines()[1:] == ['he said "hi" to me\tpos\tpos', "a back\\slash, here\tneg\tneg"]
+    written = out.read_text().splitlines()[1:]
+    assert written == ['he said "hi" to me\tpos\tpos', "a back\\slash, here\tneg\tneg"]
     assert read_table(out).rows == [[*row, p] for row, p in zip(table.rows, ["pos", "neg"], strict=True)]

@@ -3,10 +3,10 @@
 Writes are atomic at the directory level: everything goes to a sibling temporary directory, which is then
 renamed into place. Replacing an existing checkpoint takes two renames (old -> `.NAME.old-PID`, new ->
 `NAME`); if the process dies between them, the next save or load finds the writer's `.NAME.old-PID` and
-restores it, so an interrupted save never destroys the previous good checkpoint. The hidden, PID-stamped name
-is the writer's own: a user's `NAME.old` is never touched. Weights are read through safetensors and trainer state with
-`torch.load(weights_only=True)`: nothing in a checkpoint is unpickled. A temporary directory left by a
-process killed mid-write is removed by the next save of the same checkpoint.
+restores it, so an interrupted save never destroys the previous good checkpoint. The hidden, PID-stamped
+name is the writer's own: a user's `NAME.old` is never touched. Weights are read through safetensors and
+trainer state with `torch.load(weights_only=True)`: nothing in a checkpoint is unpickled. A temporary
+directory left by a process killed mid-write is removed by the next save of the same checkpoint.
 """
 
 from __future__ import annotations
