@@ -9,7 +9,7 @@ import torch
 from helpers import train_tiny_checkpoint
 from safetensors.torch import load_file, save_file
 
-from nanobert.checkpoint import load_pretraining_checkpoint, save_checkpoint
+from nanobert.checkpoint import load_pretraining_checkpoint, read_config, save_checkpoint
 from nanobert.cli import main
 from nanobert.config import ModelConfig
 from nanobert.errors import NanobertError
@@ -156,9 +156,13 @@ def test_models_transformers_cannot_hold_are_refused(checkpoint, tmp_path, chang
         (["import-hf", "{tmp}/empty", "{tmp}/out"], "no config.json"),
         (["import-hf", "{tmp}/roberta", "{tmp}/out"], "only BERT"),
         (["import-hf", "{tmp}/no-weights", "{tmp}/out"], "no model.safetensors"),
+        # --overwrite replaces only an output of the same kind: both kinds hold a config.json
+        (["export-hf", "{ckpt}", "{tmp}/nb", "--overwrite"], "something other than a transformers model"),
+        (["import-hf", "{tmp}/no-weights", "{tmp}/roberta", "--overwrite"], "than a nanobert checkpoint"),
     ],
 )
 def test_bad_directories_are_one_line_errors(checkpoint, tmp_path, capsys, argv, needle):
+    shutil.copytree(checkpoint, tmp_path / "nb")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "precious.txt").write_text("keep me")
     (tmp_path / "empty").mkdir()
@@ -183,6 +187,8 @@ def test_bad_directories_are_one_line_errors(checkpoint, tmp_path, capsys, argv,
     assert code == 2 and len(err.splitlines()) == 1 and needle in err, err
     assert (tmp_path / "full" / "precious.txt").read_text() == "keep me"
     assert sorted(p.name for p in checkpoint.iterdir()) == before
+    assert read_config(tmp_path / "nb")["kind"] == "pretraining"
+    assert json.loads((tmp_path / "roberta" / "config.json").read_text()) == {"model_type": "roberta"}
 
 
 def test_cli_export_hf(checkpoint, tmp_path, capsys):

@@ -70,14 +70,20 @@ def check_output_file(path: str | Path, inputs: Iterable[str | Path] = ()) -> Pa
 
 
 def check_output_dir(
-    out: str | Path, overwrite: bool, inputs: Iterable[str | Path], holds: str, kind: str
+    out: str | Path,
+    overwrite: bool,
+    inputs: Iterable[str | Path],
+    holds: str,
+    kind: str,
+    is_kind: Callable[[Path], bool] | None = None,
 ) -> Path:
     """`out` as a Path if a directory may be written (or, with `overwrite`, replaced) there.
 
     Never the directory of one of `inputs` or one that holds one (replacing it would delete the input),
     never a file; an existing non-empty directory only with `overwrite`, and then only if it holds a
-    previous output (the file `holds`, e.g. meta.json), so that a mistyped --out cannot wipe a folder.
-    `kind` names such an output in the messages.
+    previous output (the file `holds`, e.g. meta.json, and `is_kind(out)` where the file alone does not
+    tell, as config.json does not), so that a mistyped --out cannot wipe a folder. `kind` names such an
+    output in the messages.
     """
     out = Path(out)
     for source in inputs:
@@ -98,6 +104,11 @@ def check_output_dir(
             raise NanobertError(
                 f"{out} holds other files, not a {kind} (no {holds}); --overwrite replaces only a {kind}, so "
                 "choose another directory"
+            )
+        if is_kind is not None and not is_kind(out):
+            raise NanobertError(
+                f"{out} holds something other than a {kind} (its {holds} is not one's); --overwrite replaces "
+                f"only a {kind}, so choose another directory"
             )
     return out
 

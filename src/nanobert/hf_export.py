@@ -256,6 +256,24 @@ _HEAD_NAMES = {
 }
 
 
+def _config_of_kind(nanobert: bool) -> Any:
+    """A test for `check_output_dir`: whether a directory's config.json is nanobert's own (it records
+    `format_version` and `kind`) or, with nanobert=False, a transformers one (a `model_type`, neither of
+    those): both name the file config.json, so the file alone does not tell them apart."""
+
+    def test(directory: Path) -> bool:
+        try:
+            config = json.loads((directory / HF_CONFIG_NAME).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return False
+        if not isinstance(config, dict):
+            return False
+        ours = "format_version" in config and "kind" in config
+        return ours if nanobert else (not ours and "model_type" in config)
+
+    return test
+
+
 def export_hf(checkpoint: str | Path, out: str | Path, overwrite: bool = False) -> Path:
     """Write a nanobert pretraining checkpoint as a transformers BERT directory.
 
@@ -279,7 +297,9 @@ def export_hf(checkpoint: str | Path, out: str | Path, overwrite: bool = False) 
         for key in _TIED_DUPLICATES:
             del state[key]
     state = {k: v.detach().clone().cpu() for k, v in state.items()}  # no two keys may share memory
-    check_output_dir(out, overwrite, (checkpoint,), HF_CONFIG_NAME, "transformers model directory")
+    check_output_dir(
+        out, overwrite, (checkpoint,), HF_CONFIG_NAME, "transformers model directory", _config_of_kind(False)
+    )
 
     def write(tmp: Path) -> None:
         (tmp / HF_CONFIG_NAME).write_text(json.dumps(hf_config, indent=2) + "\n")
@@ -460,7 +480,7 @@ def import_hf(hf_dir: str | Path, out: str | Path, overwrite: bool = False, seed
         raise NanobertError(f"{hf_dir} holds a {hf_config['model_type']!r} model; only BERT can be imported")
     config = from_hf_config(hf_config)
     config.pad_token_id = PAD_ID  # [PAD] is id 0 once the vocabulary is in nanobert's order
-    check_output_dir(out, overwrite, (hf_dir,), CONFIG_NAME, "nanobert checkpoint")
+    check_output_dir(out, overwrite, (hf_dir,), CONFIG_NAME, "nanobert checkpoint", _config_of_kind(True))
     hf_state = _read_hf_weights(hf_dir)
     tokenizer, order = _specials_first(_read_hf_tokenizer(hf_dir), config.vocab_size)
     state, missing = from_hf_state_dict(hf_state, config)
