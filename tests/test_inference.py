@@ -248,6 +248,15 @@ def test_generate_is_seeded_greedy_at_zero_and_keeps_to_top_k(causal):
     for bad in (-1, float("inf"), float("nan")):
         with pytest.raises(NanobertError, match="a finite temperature >= 0"):
             model.generate("alpha", temperature=bad)
+    for bad in (-1, 2**63, 10**30):
+        with pytest.raises(NanobertError, match=r"seed must be in \[0, 2\*\*63\)"):
+            model.generate("alpha", seed=bad)
+    # The text keeps the prompt as typed (case, characters the vocabulary lacks), then the continuation.
+    typed = model.generate("Alpha Café 🐱 bravo", max_new_tokens=4, temperature=0)
+    assert typed.text.startswith("Alpha Café 🐱 bravo") and "[UNK]" not in typed.text
+    # the continuation as decoded after the prompt's pieces: a first "##" piece joins the prompt's last word
+    joins = typed.tokens[0].startswith("##")
+    assert typed.text == "Alpha Café 🐱 bravo" + ("" if joins else " ") + typed.continuation
     # extreme but finite: greedy at the bottom (below float32's smallest normal), near-uniform at the top
     assert model.generate("alpha", max_new_tokens=3, temperature=1e-300).tokens == greedy_of("alpha", model)
     assert len(model.generate("alpha", max_new_tokens=3, temperature=1e308, seed=1).tokens) >= 1

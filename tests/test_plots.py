@@ -47,5 +47,7 @@ def test_a_picture_goes_where_it_says(tmp_path):
     assert image_path(tmp_path / "heads.svg").suffix == ".svg"
     with pytest.raises(NanobertError, match="must end in one of"):
         image_path(tmp_path / "heads.txt")
+    with pytest.raises(NanobertError, match="must end in one of"):  # listed by matplotlib, but needs LaTeX
+        image_path(tmp_path / "heads.pgf")
     with pytest.raises(NanobertError, match="is a directory"):
         image_path(tmp_path)

@@ -468,6 +468,8 @@ def import_hf(hf_dir: str | Path, out: str | Path, overwrite: bool = False, seed
     rows and the MLM bias are permuted to match, so the model computes exactly what it did before.
     """
     hf_dir, out = Path(hf_dir), Path(out)
+    if not 0 <= seed < 2**63:  # what torch.manual_seed takes
+        raise NanobertError(f"--seed must be in [0, 2**63), not {seed}")
     if not (hf_dir / HF_CONFIG_NAME).is_file():
         raise NanobertError(f"{hf_dir} is not a transformers model directory (it has no {HF_CONFIG_NAME})")
     try:

@@ -298,9 +298,12 @@ class InferenceModel:
             raise NanobertError(
                 "generate needs max_new_tokens >= 1, a finite temperature >= 0 and top_k >= 1 (or none)"
             )
+        if not 0 <= seed < 2**63:  # what torch's generator takes
+            raise NanobertError(f"the seed must be in [0, 2**63), not {seed}")
         ids = self.encode(prompt)["input_ids"]
         if len(ids) >= self.max_length:
             raise NanobertError(f"the prompt fills all {self.max_length} positions; shorten it")
+        n_prompt = len(ids)
         generator = torch.Generator().manual_seed(seed)
         new: list[int] = []
         probabilities: list[float] = []
@@ -318,9 +321,13 @@ class InferenceModel:
             probabilities.append(logits.softmax(-1)[token_id].item())
             ids.append(token_id)
             new.append(token_id)
-        continuation = self.tokenizer.decode(new)
-        text = self._decode(ids)
-        return Generation(prompt, continuation, text, self.tokens(new), probabilities, stop)
+        # The new pieces decoded after the prompt's, so a first piece that continues the prompt's last word
+        # ("##s") joins it; the text keeps the prompt as typed (decoding it would lowercase it and turn what
+        # the vocabulary lacks into [UNK]).
+        prompt_text, whole = self._decode(ids[:n_prompt]), self._decode(ids)
+        tail = whole[len(prompt_text) :] if whole.startswith(prompt_text) else " " + self._decode(new)
+        text = prompt.rstrip() + tail if new else prompt
+        return Generation(prompt, tail.strip(), text, self.tokens(new), probabilities, stop)
 
 
 def has_words(text: str) -> bool:

@@ -122,7 +122,8 @@ def image_path(out_path: str | Path) -> Path:
         out_path = check_output_file(out_path.with_suffix(".png"))
     from matplotlib.backend_bases import FigureCanvasBase
 
-    formats = FigureCanvasBase.get_supported_filetypes()
+    # pgf is listed but needs a LaTeX install (xelatex) to write
+    formats = {k for k in FigureCanvasBase.get_supported_filetypes() if k != "pgf"}
     if out_path.suffix[1:].lower() not in formats:
         raise NanobertError(f"output {out_path}: a picture must end in one of .{', .'.join(sorted(formats))}")
     out_path.parent.mkdir(parents=True, exist_ok=True)
