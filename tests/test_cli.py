@@ -36,7 +36,11 @@ def assert_one_line_error(code, err, needle):
         (["pretrain", "--data", "toy", "--set", "no_such_key=1"], "unknown key"),
         (["pretrain", "--data", "toy", "--set", "hidden_size=wide"], "expected int"),
         (["pretrain", "--data", "toy", "--set", "learning_rate"], "key=value"),
-        (["pretrain", "--data", "toy", "--bogus-option"], "unrecognized arguments"),
+        (
+            ["pretrain", "--data", "toy", "--bogus-option"],
+            "unrecognized arguments: --bogus-option (see `nanobert pretrain --help`)",
+        ),
+        (["evaluate", __file__], "is a file; pass a checkpoint directory"),
         (["pretrain", "--data", "toy", "--max-steps", "3", "--epochs", "1"], "not allowed with"),
         (["pretrain", "--train", "/nonexistent/corpus.txt"], "/nonexistent/corpus.txt"),
         (["evaluate", "/nonexistent/ckpt"], "does not exist"),

@@ -60,6 +60,9 @@ def test_evaluate_checkpoint_on_another_split_and_its_errors(tmp_path):
         evaluate_checkpoint(str(checkpoint), batch_size=0)
     with pytest.raises(NanobertError, match="does not exist"):
         evaluate_checkpoint(str(tmp_path / "missing"))
+    (tmp_path / "corpus.txt").rename(tmp_path / "moved.txt")  # the recorded source is gone (or relative)
+    with pytest.raises(NanobertError, match=r"corpus\.txt, as its run recorded it, .*pass --valid FILE"):
+        evaluate_checkpoint(str(checkpoint), device="cpu")
 
 
 def test_causal_metrics_are_per_predicted_token(tiny_config):

@@ -380,3 +380,12 @@ def test_a_damaged_fine_tuned_config_is_one_error(tuned, task, tmp_path, capsys,
     (copy / "config.json").write_text(json.dumps(config))
     code, _, err = run_cli(capsys, "predict", copy, "--input", task[1])
     assert_one_line_error(code, err, "invalid fine-tuned model config", needle)
+
+
+def test_predict_says_why_labelled_input_was_not_scored(tuned, tmp_path, capsys):
+    """A label the model never trained on: the rows are still predicted, and stderr says why no score."""
+    (tmp_path / "unk.tsv").write_text("sentence\tlabel\nalpha red bravo\tmaybe\n")
+    code, stdout, err = run_cli(capsys, "predict", tuned, "--input", tmp_path / "unk.tsv")
+    assert code == 0 and stdout.splitlines()[1].startswith("alpha red bravo\tmaybe\t")
+    assert err.startswith("nanobert: not scored: line 2 of ") and len(err.splitlines()) == 1
+    assert "label 'maybe' never occurs in the training file (its labels: 'neg', 'pos')" in err

@@ -67,6 +67,13 @@ def test_fill_mask_word_pieces_are_joined(model):
 def test_fill_mask_without_mask_is_a_clear_error(model):
     with pytest.raises(NanobertError, match=r"no \[MASK\]"):
         model.fill_mask("the cat sat on the mat .")
+    # a text longer than the position table: a [MASK] cut off is an error, not silently skipped
+    long = "[MASK] bravo . " + "alpha " * model.max_length
+    with pytest.raises(NanobertError, match=r"every \[MASK\] fell beyond"):
+        model.fill_mask("alpha " * model.max_length + "[MASK] .")
+    with pytest.raises(NanobertError, match=r"1 of the text's 2 \[MASK\]s fall beyond the model's"):
+        model.fill_mask(long + "[MASK] .")
+    assert len(model.fill_mask(long).masks) == 1  # cut text, every mask inside: fine
 
 
 def test_next_sentence_probabilities(model):

@@ -177,6 +177,8 @@ def read_config(directory: str | Path) -> dict:
     """config.json of a checkpoint directory, with one-line errors for anything that is not a checkpoint."""
     directory = Path(directory)
     _recover(directory)
+    if directory.is_file():
+        raise NanobertError(f"checkpoint {directory} is a file; pass a checkpoint directory such as RUN/best")
     if not directory.is_dir():
         raise NanobertError(f"checkpoint {directory} does not exist (expected a directory such as RUN/best)")
     path = directory / CONFIG_NAME

@@ -434,6 +434,8 @@ def _cmd_predict(args) -> int:
         _print_json(result)
     elif "metrics" in result:  # the rows went to stdout: keep it clean, the scores go to stderr
         print("nanobert: " + json.dumps(result["metrics"]), file=sys.stderr)
+    if "metrics_skipped" in result:  # labelled input that could not be scored: say why, wherever rows went
+        print(f"nanobert: not scored: {result['metrics_skipped']}", file=sys.stderr)
     return 0
 
 
@@ -744,7 +746,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     def run() -> int:
-        args = build_parser().parse_args(argv)
+        args, unknown = build_parser().parse_known_args(argv)
+        if unknown:  # argparse's own message would point to `nanobert --help`, not the command's help
+            raise NanobertError(
+                f"unrecognized arguments: {' '.join(unknown)} (see `nanobert {args.command} --help`)"
+            )
         return args.func(args)
 
     try:

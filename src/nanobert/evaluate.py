@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -192,6 +193,14 @@ def evaluate_checkpoint(
         sources = config_from_dict(DataSources, config.get("data") or {"data": None})
         if not any((sources.data, sources.train_file, sources.valid_file, sources.prepared)):
             raise NanobertError("the checkpoint records no held-out data; pass --valid FILE or --data NAME")
+        # paths are recorded as the run was given them, so from another folder they may not resolve
+        needed = [sources.valid_file] if sources.valid_file else [sources.train_file, sources.prepared]
+        for path in filter(None, needed):
+            if not Path(path).exists():
+                raise NanobertError(
+                    f"the checkpoint's held-out data comes from {path}, as its run recorded it, which is not "
+                    f"found from {Path.cwd()}; pass --valid FILE (or run from the run's folder)"
+                )
     else:
         sources = DataSources(data=data, valid_file=valid_file)
     held_out, _ = sources.held_out(tokenizer)

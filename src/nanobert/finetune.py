@@ -338,7 +338,7 @@ def predict(
             y = (
                 regression_targets(table, label_col)
                 if task == "regression"
-                else label_ids(table, label_col, labels, "the training file")
+                else label_ids(table, label_col, labels, None)
             )
             result["metrics"] = compute_metrics(task, outputs, y)
         except NanobertError as e:

@@ -94,16 +94,17 @@ def _label_keys(table: Table, col: Column) -> list[str]:
     return keys
 
 
-def label_ids(table: Table, col: Column, labels: list[str], train_path: Path | str) -> np.ndarray:
-    """Class ids of a split under the train split's mapping; a label train never saw is an error."""
+def label_ids(table: Table, col: Column, labels: list[str], train_path: Path | str | None) -> np.ndarray:
+    """Class ids of a split under the train split's mapping; a label train never saw is an error.
+    `train_path` names the training file in that error (None: it is not known here)."""
     index = {label: i for i, label in enumerate(labels)}
     ids = []
     for key, line in zip(_label_keys(table, col), table.line_numbers, strict=True):
         if key not in index:
             shown = ", ".join(repr(x) for x in labels[:20]) + (", ..." if len(labels) > 20 else "")
             raise NanobertError(
-                f"line {line} of {table.path}: label {key!r} never occurs in the training file {train_path} "
-                f"(its labels: {shown})"
+                f"line {line} of {table.path}: label {key!r} never occurs in the training file"
+                f"{f' {train_path}' if train_path is not None else ''} (its labels: {shown})"
             )
         ids.append(index[key])
     return np.asarray(ids, dtype=np.int64)
