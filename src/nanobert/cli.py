@@ -419,17 +419,10 @@ def _cmd_predict(args) -> int:
         return _cmd_predict_qa(args)
     if args.null_score_threshold is not None:
         raise NanobertError("--null-score-threshold applies only to question-answering models")
-    result = predict(
-        args.model,
-        args.input,
-        args.out,
-        fmt=args.format,
-        encoding=args.encoding,
-        text_col=parse_column(args.text_col) if args.text_col is not None else None,
-        text_pair_col=parse_column(args.text_pair_col) if args.text_pair_col is not None else None,
-        batch_size=args.batch_size,
-        device=args.device,
-    )
+    given = {k: getattr(args, k) for k in ("text_col", "text_pair_col")}
+    columns = {k: parse_column(v) for k, v in given.items() if v is not None}
+    options = {k: getattr(args, k) for k in ("encoding", "batch_size", "device")}
+    result = predict(args.model, args.input, args.out, fmt=args.format, **columns, **options)
     if args.out:  # the rows went to a file: stdout carries the result
         _print_json(result)
     elif "metrics" in result:  # the rows went to stdout: keep it clean, the scores go to stderr
