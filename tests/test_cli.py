@@ -36,6 +36,7 @@ def assert_one_line_error(code, err, needle):
         (["pretrain", "--data", "toy", "--set", "no_such_key=1"], "unknown key"),
         (["pretrain", "--data", "toy", "--set", "hidden_size=wide"], "expected int"),
         (["pretrain", "--data", "toy", "--set", "learning_rate"], "key=value"),
+        (["pretrain", "--data", "toy", "--set", "type_vocab_size=1"], "leaves no segment B"),
         (
             ["pretrain", "--data", "toy", "--bogus-option"],
             "unrecognized arguments: --bogus-option (see `nanobert pretrain --help`)",

@@ -203,6 +203,9 @@ def test_cli_attention_one_head(checkpoint, tmp_path, capsys, model):
         (["attention", "{ckpt}", "a b", "--layer", "7", "--out", "{tmp}/a.png"], "layers 0..1"),
         (["attention", "{ckpt}", "a b", "--head", "4", "--out", "{tmp}/a.png"], "heads 0..3"),
         (["similarity", "{ckpt}", "a"], "required"),
+        # a command-line byte that is not UTF-8 reaches Python as a lone surrogate
+        (["fill-mask", "{ckpt}", "caf\udce9 [MASK]"], "not valid Unicode"),
+        (["nsp", "{ckpt}", "\udcff a", "b"], "not valid Unicode"),
     ],
 )
 def test_cli_bad_input_is_one_line(checkpoint, tmp_path, capsys, argv, needle):

@@ -8,6 +8,8 @@ NANOBERT_REQUIRE_BROWSER=1, so that a missing browser (or serve extra) fails the
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -143,6 +145,11 @@ def test_bad_requests_are_messages_and_the_server_goes_on(server):
         ("generate", {"prompt": "alpha", "temperature": "hot"}, "temperature must be a number"),
         ("generate", {"prompt": "alpha", "seed": -1}, "seed must be a whole number from 0"),
         ("fill-mask", ["a [MASK]"], "must be a JSON object"),
+        # JSON's escape for a lone surrogate: text the tokenizer cannot take
+        ("fill-mask", {"text": "\ud800 [MASK]"}, "not valid Unicode"),
+        ("nsp", {"text_a": "x", "text_b": "\udfff y"}, "not valid Unicode"),
+        # far too long: refused from its word count, before the tokenizer works through it
+        ("fill-mask", {"text": "the cat sat . " * 50_000 + "[MASK]"}, "200001 words, more than"),
     ]
     for route, body, needle in cases:
         status, answer = call(server, route, body)
@@ -162,6 +169,18 @@ def test_bad_requests_are_messages_and_the_server_goes_on(server):
     with pytest.raises(urllib.error.HTTPError) as error:
         urllib.request.urlopen(request, timeout=10)
     assert error.value.code == 400 and "not JSON" in json.loads(error.value.read())["error"]
+    for method, path, body, code, needle in [
+        ("POST", "/api/nsp", b" " * (2 << 20), 413, "over 1048576 bytes"),  # read no further
+        ("GET", "/api/nope", None, 404, "no such path: /api/nope"),
+        ("GET", "/nope", None, 404, "no such path: /nope"),
+        ("PUT", "/api/fill-mask", b"{}", 405, "/api/fill-mask takes POST, not PUT"),
+        ("GET", "/api/fill-mask", None, 405, "takes POST, not GET"),
+        ("POST", "/api/info", b"{}", 405, "/api/info takes GET, not POST"),
+    ]:
+        request = urllib.request.Request(f"{server}{path}", data=body, method=method)
+        with pytest.raises(urllib.error.HTTPError) as error:
+            urllib.request.urlopen(request, timeout=10)
+        assert error.value.code == code and needle in json.loads(error.value.read())["error"], path
     assert call(server, "info")[0] == 200  # still serving
 
 
@@ -524,3 +543,15 @@ def test_a_qa_checkpoint_gets_the_answer_panel(browser, tmp_path, capsys):
         page.wait_for_selector("#answer-text")
         assert page.inner_text("#answer-text") == answer["text"] and page.inner_text("mark") == answer["text"]
         page.close()
+
+
+def test_a_dead_writers_leftover_does_not_keep_best_from_being_served(run, tmp_path):
+    """A save killed after its second rename leaves .best.old-PID behind; the page must still show best/."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    live = tmp_path / "live"
+    shutil.copytree(run, live)
+    shutil.copytree(run / "best", live / f".best.old-{child.pid}")
+    with serving(live) as base:
+        assert call(base, "info")[1]["checkpoint"] == str(live / "best")
+        assert call(base, "fill-mask", {"text": "alpha [MASK] charlie ."})[0] == 200

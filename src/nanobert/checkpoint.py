@@ -75,8 +75,13 @@ def _stamped(directory: Path, tag: str) -> list[tuple[Path, int]]:
 
 
 def being_replaced(directory: Path) -> bool:
-    """Whether a save is between its two renames at `directory` (or died there and awaits recovery)."""
-    return any(directory.parent.glob(f".{directory.name}.old-*"))
+    """Whether a live save is between its two renames at `directory` (a dead one's leftover is recovered by
+    the next read instead, so it must not make a reader wait forever)."""
+    for old in directory.parent.glob(f".{directory.name}.old-*"):
+        pid = old.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and _pid_alive(int(pid)):
+            return True
+    return False
 
 
 def _recover(directory: Path) -> None:

@@ -484,6 +484,11 @@ def new_run_configs(
     if not preset and chosen != "toy" and not set(LENGTH_FIELDS) & set(train_overrides):
         train_overrides["time_budget"] = DEFAULT_BUDGET[device_type]
     model_config, train_config = build_configs(chosen, model_overrides, train_overrides)
+    if train_config.objective == "mlm_nsp" and model_config.type_vocab_size < 2:
+        raise NanobertError(
+            f"model config: type_vocab_size {model_config.type_vocab_size} leaves no segment B, which "
+            "next-sentence pairs need; use 2 (or --objective causal)"
+        )
     has_length = any(getattr(train_config, n) is not None for n in LENGTH_FIELDS)
     if not has_length:
         train_config.time_budget = DEFAULT_BUDGET[device_type]

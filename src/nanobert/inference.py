@@ -133,6 +133,14 @@ class InferenceModel:
         """NanobertError for an empty text, or one longer than the model's position table (which the other
         methods would truncate; the browser page says so instead)."""
         require_words(text_a, text_b)
+        # Every whitespace-separated word is at least one piece: a text far too long fails here, before the
+        # tokenizer spends seconds on megabytes (the server holds its model lock meanwhile).
+        words = len(text_a.split()) + (len(text_b.split()) if text_b is not None else 0)
+        if words >= self.max_length:
+            raise NanobertError(
+                f"the text has {words} words, more than the model's {self.max_length} positions hold with "
+                "its special tokens; shorten it"
+            )
         if self.kind == CAUSAL_LM:
             text = text_a if text_b is None else f"{text_a} {text_b}"
             n = 1 + len(encode_sentences(self.tokenizer, [text])[0])
@@ -343,9 +351,19 @@ def has_words(text: str) -> bool:
 
 def require_words(*texts: str | None) -> None:
     """NanobertError when a given text is empty, only whitespace or only invisible characters (None means no
-    text was asked for)."""
-    if any(t is not None and not has_words(t) for t in texts):
+    text was asked for), or not valid Unicode: a lone surrogate, which is what Python makes of a command-line
+    byte that is not UTF-8 (and JSON's "\\ud800" escape), and which the tokenizer cannot take."""
+    given = [t for t in texts if t is not None]
+    if not all(has_words(t) for t in given):
         raise NanobertError("the text is empty; type a sentence")
+    for text in given:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise NanobertError(
+                "the text is not valid Unicode (a byte that is not UTF-8, or a lone surrogate); type it "
+                "again or convert it to UTF-8"
+            ) from None
 
 
 def _pick(logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator) -> int:

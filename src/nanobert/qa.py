@@ -31,6 +31,7 @@ from nanobert.engine import fit
 from nanobert.errors import NanobertError, check_output_file
 from nanobert.evaluate import evaluating
 from nanobert.finetune_data import Encoded, length_sorted_batches
+from nanobert.inference import require_words
 from nanobert.metrics import squad_scores
 from nanobert.model import BertForPreTraining, BertForQuestionAnswering
 from nanobert.qa_data import Answer, QAExample, QAFeatures, best_answers, featurize, read_squad
@@ -88,6 +89,7 @@ class QAModel:
         span and probability."""
         if not question.strip() or not context.strip():
             raise NanobertError("the question and the context must both hold some text")
+        require_words(question, context)  # and valid Unicode, which the tokenizer needs
         return self.predict([QAExample("q", question, context, None)])["q"]
 
 

@@ -66,6 +66,8 @@ TAKES_PAIR = NEEDS_PAIR | {"attention", "explain"}
 # The fields the page sends, by type; anything else in a body is ignored. Whole numbers: (least, most).
 TEXT_FIELDS = ("text", "text_a", "text_b", "prompt", "question", "context", "text_pair")
 WHOLE_FIELDS = {"top_k": (1, None), "max_new_tokens": (1, None), "seed": (0, 2**63 - 1)}
+# A question fits in 512 word pieces, a few kilobytes; a bigger body is refused before it is read or parsed.
+MAX_BODY_BYTES = 1 << 20
 
 
 def _shown(value: Any) -> str:
@@ -310,12 +312,25 @@ def create_app(served: Served):
     from fastapi import FastAPI, Request
     from fastapi.concurrency import run_in_threadpool
     from fastapi.responses import FileResponse, JSONResponse
+    from starlette.exceptions import HTTPException
 
     app = FastAPI(title="nanobert", docs_url=None, redoc_url=None)
 
     @app.exception_handler(NanobertError)
     async def user_error(request: Request, error: NanobertError) -> JSONResponse:
         return JSONResponse({"error": str(error)}, status_code=400)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+        """Unknown paths and methods, in the API's own {"error": ...} form."""
+        path = request.url.path
+        known = path in {f"/api/{r}" for r in (*ROUTES, "info", "run")}
+        if error.status_code == 405 and known:
+            use = "GET" if path in ("/api/info", "/api/run") else "POST"
+            return JSONResponse({"error": f"{path} takes {use}, not {request.method}"}, status_code=405)
+        if error.status_code in (404, 405):  # /api/{route} catches every name for POST only
+            return JSONResponse({"error": f"no such path: {path}"}, status_code=404)
+        return JSONResponse({"error": str(error.detail)}, status_code=error.status_code)
 
     @app.exception_handler(Exception)
     async def bug(request: Request, error: Exception) -> JSONResponse:  # still JSON, for the page to show
@@ -341,9 +356,19 @@ def create_app(served: Served):
         return served.run()
 
     @app.post("/api/{route}")
-    async def ask(route: str, request: Request) -> dict:
+    async def ask(route: str, request: Request) -> Any:
+        if route in ("info", "run"):  # their GET routes come first; this one catches every other method
+            return JSONResponse({"error": f"/api/{route} takes GET, not POST"}, status_code=405)
+        too_big = JSONResponse({"error": f"the request is over {MAX_BODY_BYTES} bytes"}, status_code=413)
+        if int(request.headers.get("content-length") or 0) > MAX_BODY_BYTES:
+            return too_big
+        raw = b""
+        async for chunk in request.stream():  # a body sent without its length is counted as it comes
+            raw += chunk
+            if len(raw) > MAX_BODY_BYTES:
+                return too_big
         try:
-            body = await request.json()
+            body = json.loads(raw)
         except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the parser's depth
             raise NanobertError("the request body is not JSON") from None
         # In the thread pool, as info and run are: a long model request must not hold up the event loop.
