@@ -25,6 +25,8 @@ def test_the_guard_refuses_a_directory_that_holds_a_run(tmp_path):
     assert (out / "metrics.jsonl").exists()  # a check never deletes
     prepare_out_dir(out, overwrite=True)
     assert not (out / "metrics.jsonl").exists() and (out / "notes.txt").read_text() == "mine"
+    with pytest.raises(NanobertError, match="is a file; give a directory"):  # pretrain, finetune, qa alike
+        prepare_out_dir(out / "notes.txt", overwrite=True)
 
 
 def test_records_and_continuing_a_run(tmp_path, capsys):

@@ -316,3 +316,44 @@ def test_bf16_autocast_trains_and_resumes_exactly(tmp_path):
     losses = lambda run: [(r["step"], r["loss"]) for r in read_metrics(run) if r["split"] == "train"]  # noqa: E731
     assert losses(split) == losses(full) and len(losses(full)) == 8
     assert json.loads((full / "last" / "config.json").read_text())["precision"] == "bf16"
+
+
+def test_resume_refuses_to_rewrite_a_later_run_or_to_train_nothing(tmp_path, capsys):
+    """Continuing an earlier checkpoint in its own run folder would replace the later last/ and the records
+    after it; a finished run has nothing left to train (resuming it only duplicated the last evaluation)."""
+    import shutil
+
+    run = tmp_path / "run"
+    assert pretrain(tmp_path, run, "--max-steps", "12", "--stop-after", "6") == 0
+    shutil.copytree(run / "last", run / "early")  # a checkpoint at step 6, as best/ may be
+    assert main(["pretrain", "--resume", str(run / "last"), "--quiet"]) == 0  # on to step 12
+    records, last = (run / "metrics.jsonl").read_text(), (run / "last" / "config.json").read_text()
+    capsys.readouterr()
+    refused = [
+        (["--resume", str(run / "early")], "went on to step 12"),
+        (["--resume", str(run / "last")], "at step 12 of a run of 12 steps: nothing is left to train"),
+        (["--resume", str(run / "last"), "--max-steps", "4"], "nothing is left to train"),
+        (["--resume", str(run / "last"), "--preset", "toy"], "--preset applies to a new run"),
+    ]
+    for argv, needle in refused:
+        assert main(["pretrain", *argv, "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1, err
+    assert (run / "metrics.jsonl").read_text() == records
+    assert (run / "last" / "config.json").read_text() == last
+    branch = tmp_path / "branch"  # --out NEW branches off and leaves the run whole
+    assert main(["pretrain", "--resume", str(run / "early"), "--out", str(branch), "--quiet"]) == 0
+    assert (run / "metrics.jsonl").read_text() == records
+    assert json.loads((branch / "last" / "config.json").read_text())["step"] == 12
+
+
+def test_an_output_that_is_a_file_or_an_endless_length_is_one_line(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    for argv, needle in [
+        (["--out", str(corpus), "--max-steps", "2"], "is a file; give a directory"),
+        (["--out", str(tmp_path / "e"), "--epochs", "inf"], "epochs must be positive and finite"),
+    ]:
+        assert main(["pretrain", "--train", str(corpus), "--quiet", "--set", *TINY_SET, *argv]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "e").exists()

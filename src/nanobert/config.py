@@ -9,6 +9,7 @@ the value parsed by the field's declared type (so typos and wrong types fail lou
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass
@@ -199,8 +200,12 @@ class TrainConfig:
                 ),
                 ("best_margin", 0.0 <= self.best_margin < 1.0, "in [0, 1)"),
                 ("max_steps", self.max_steps is None or self.max_steps >= 1, "at least 1"),
-                ("epochs", self.epochs is None or self.epochs > 0, "positive"),
-                ("time_budget", self.time_budget is None or self.time_budget > 0, "positive"),
+                ("epochs", self.epochs is None or 0 < self.epochs < math.inf, "positive and finite"),
+                (
+                    "time_budget",
+                    self.time_budget is None or 0 < self.time_budget < math.inf,
+                    "positive and finite",
+                ),
                 (
                     "device",
                     self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),

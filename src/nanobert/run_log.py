@@ -34,6 +34,8 @@ def prepare_out_dir(
     other ranks of a data-parallel run only check). `resumable` adds "--resume" to the advice. `inputs`
     (paths the job reads, such as the checkpoint it fine-tunes) may not lie in what a new run replaces.
     """
+    if out_dir.exists() and not out_dir.is_dir():
+        raise NanobertError(f"output {out_dir} is a file; give a directory for the run")
     for source in filter(None, inputs):
         if any(within(source, out_dir / name) for name in RUN_ARTEFACTS):
             raise NanobertError(

@@ -36,6 +36,7 @@ from tokenizers import Tokenizer
 from torch.nn.parallel import DistributedDataParallel
 
 from nanobert.checkpoint import (
+    CONFIG_NAME,
     checkpoint_kind,
     load_language_model,
     load_train_config,
@@ -161,6 +162,8 @@ def _setup(
             raise wrong_kind(resume, kind, "a pretraining run to resume")
         resume_state = load_trainer_state(resume)
     in_place = resume is not None and out_dir.resolve() == resume.resolve().parent
+    if in_place and not overwrite:
+        _refuse_going_back(resume, out_dir / "last")
     if not in_place:
         prepare_out_dir(out_dir, overwrite, create=False, inputs=(tokenizer_dir,))
     random.seed(cfg.seed)
@@ -178,6 +181,19 @@ def _setup(
         ctx, device, cfg, sources, out_dir, data.model, data.tokenizer, stream, held_out, data.note,
         data.counts, resume, resume_state,
     )  # fmt: skip
+
+
+def _refuse_going_back(resume: Path, last: Path) -> None:
+    """Continuing an earlier checkpoint of a run (best/) in the run's own folder replaces its later last/ and
+    the records after that step: only with --overwrite; --out NEW branches off and keeps the run whole."""
+    if resume.resolve() == last.resolve() or not (last / CONFIG_NAME).is_file():
+        return
+    step, later = read_config(resume).get("step", 0), read_config(last).get("step", 0)
+    if later > step:
+        raise NanobertError(
+            f"{resume} is step {step} of a run that went on to step {later} ({last}); continuing it there "
+            "would replace last/ and the later records; pass --out NEW to branch off, or --overwrite to do so"
+        )
 
 
 class _Data(NamedTuple):
@@ -303,6 +319,12 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
         run = RunState.from_dict(s.resume_state["run"])
         restore_rng(s.resume_state["rng"], s.ctx, device, cfg.seed, run.step)
     plan = _plan(cfg, s.stream, stop_after)
+    if s.resume_state is not None and plan.progress(run.step - 1, run.train_time) >= 1.0:
+        length = f"{plan.total_steps} steps" if plan.total_steps else f"a {plan.time_budget:.0f} s budget"
+        raise NanobertError(
+            f"{s.resume} is at step {run.step} of a run of {length}: nothing is left to train; give a longer "
+            "--max-steps, --epochs or --time-budget (each counts the whole run, not more of it)"
+        )
     s.stream.set_progress(plan.progress(run.step, run.train_time))  # a resumed run's, before any prefetch
     train_model = torch.compile(model) if cfg.compile else model  # keep `model` unwrapped for saving
     if s.ctx.enabled:
