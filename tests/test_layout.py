@@ -55,8 +55,8 @@ FLOORS = {
     "__main__": 12,
     "__init__": 12,  # lazy re-exports (importlib), imported by nobody inside the package
 }
-# Optional packages, imported inside the function that needs them.
-OPTIONAL = {"datasets", "transformers", "matplotlib", "fastapi", "uvicorn"}
+# Optional packages, imported inside the function that needs them (starlette comes with fastapi).
+OPTIONAL = {"datasets", "transformers", "matplotlib", "fastapi", "starlette", "uvicorn"}
 LATE_NANOBERT_OK = {"cli"}  # the CLI imports its commands' modules when they run, for start-up speed
 
 

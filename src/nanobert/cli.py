@@ -110,12 +110,8 @@ def _cmd_pretrain(args) -> int:
     named = (args.data, args.train, args.valid, args.prepared)
     note, preset = None, args.preset
     if args.resume:  # the checkpoint's own configs and data, with what the command line changes
-        if args.preset:
-            raise NanobertError(
-                "--preset applies to a new run; --resume keeps the run's own (change it with --set)"
-            )
         model_config, train_config, sources = resume_configs(
-            args.resume, model_over, train_over, DataSources(*named)
+            args.resume, model_over, train_over, DataSources(*named), preset
         )
         out = Path(args.out) if args.out else Path(args.resume).resolve().parent
     else:  # the preset asked for, or the one that suits this data and device

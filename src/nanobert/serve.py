@@ -359,14 +359,16 @@ def create_app(served: Served):
     async def ask(route: str, request: Request) -> Any:
         if route in ("info", "run"):  # their GET routes come first; this one catches every other method
             return JSONResponse({"error": f"/api/{route} takes GET, not POST"}, status_code=405)
-        too_big = JSONResponse({"error": f"the request is over {MAX_BODY_BYTES} bytes"}, status_code=413)
-        if int(request.headers.get("content-length") or 0) > MAX_BODY_BYTES:
-            return too_big
-        raw = b""
-        async for chunk in request.stream():  # a body sent without its length is counted as it comes
-            raw += chunk
-            if len(raw) > MAX_BODY_BYTES:
-                return too_big
+        raw, size = b"", 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size <= MAX_BODY_BYTES:
+                raw += chunk
+            elif size > 64 * MAX_BODY_BYTES:  # stop listening; the client sees the connection close
+                break
+            # else read on and drop: answering before the client has sent it all breaks its pipe instead
+        if size > MAX_BODY_BYTES:
+            return JSONResponse({"error": f"the request is over {MAX_BODY_BYTES} bytes"}, status_code=413)
         try:
             body = json.loads(raw)
         except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the parser's depth

@@ -448,10 +448,13 @@ def resume_configs(
     model_overrides: dict[str, Any] | None = None,
     train_overrides: dict[str, Any] | None = None,
     sources: DataSources | None = None,
+    preset: str | None = None,
 ) -> tuple[ModelConfig, TrainConfig, DataSources]:
     """The configs and data sources to continue a checkpoint with: its own, with `train_overrides` applied
     (a new length replaces the old one) and any field of `sources` that is set replacing the recorded one.
-    The model cannot change."""
+    The model cannot change, nor can a preset be asked for (`preset` is refused, not ignored)."""
+    if preset is not None:
+        raise NanobertError("--preset applies to a new run; --resume keeps the run's own (change it: --set)")
     config = read_config(resume)
     if model_overrides:
         raise NanobertError(
