@@ -333,6 +333,7 @@ def test_resume_refuses_to_rewrite_a_later_run_or_to_train_nothing(tmp_path, cap
         (["--resume", str(run / "early")], "went on to step 12"),
         (["--resume", str(run / "last")], "at step 12 of a run of 12 steps: nothing is left to train"),
         (["--resume", str(run / "last"), "--max-steps", "4"], "nothing is left to train"),
+        (["--resume", str(run / "last"), "--out", str(tmp_path / "never")], "nothing is left to train"),
         (["--resume", str(run / "last"), "--preset", "toy"], "--preset applies to a new run"),
     ]
     for argv, needle in refused:
@@ -340,7 +341,7 @@ def test_resume_refuses_to_rewrite_a_later_run_or_to_train_nothing(tmp_path, cap
         err = capsys.readouterr().err
         assert needle in err and len(err.strip().splitlines()) == 1, err
     assert (run / "metrics.jsonl").read_text() == records
-    assert (run / "last" / "config.json").read_text() == last
+    assert (run / "last" / "config.json").read_text() == last and not (tmp_path / "never").exists()
     branch = tmp_path / "branch"  # --out NEW branches off and leaves the run whole
     assert main(["pretrain", "--resume", str(run / "early"), "--out", str(branch), "--quiet"]) == 0
     assert (run / "metrics.jsonl").read_text() == records

@@ -175,6 +175,8 @@ def _setup(
     stream = BatchStream(  # checks that the corpus fills a batch, so before anything is written
         data.source, cfg, collator(cfg, data.tokenizer, vocab_size), ctx.rank, ctx.world_size
     )
+    if resume_state is not None:
+        _refuse_a_finished_run(resume, resume_state, _plan(cfg, stream, None))
     if ctx.is_main and not in_place:
         prepare_out_dir(out_dir, overwrite)
     return _Setup(
@@ -193,6 +195,18 @@ def _refuse_going_back(resume: Path, last: Path) -> None:
         raise NanobertError(
             f"{resume} is step {step} of a run that went on to step {later} ({last}); continuing it there "
             "would replace last/ and the later records; pass --out NEW to branch off, or --overwrite to do so"
+        )
+
+
+def _refuse_a_finished_run(resume: Path, state: dict, plan: Plan) -> None:
+    """A run at its full length has nothing left to train (resuming it again only repeated its last
+    evaluation); a length below where it stands is a mistake, not a way to shorten it."""
+    run = RunState.from_dict(state["run"])
+    if plan.progress(run.step - 1, run.train_time) >= 1.0:
+        length = f"{plan.total_steps} steps" if plan.total_steps else f"a {plan.time_budget:.0f} s budget"
+        raise NanobertError(
+            f"{resume} is at step {run.step} of a run of {length}: nothing is left to train; give a longer "
+            "--max-steps, --epochs or --time-budget (each counts the whole run, not more of it)"
         )
 
 
@@ -319,12 +333,6 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
         run = RunState.from_dict(s.resume_state["run"])
         restore_rng(s.resume_state["rng"], s.ctx, device, cfg.seed, run.step)
     plan = _plan(cfg, s.stream, stop_after)
-    if s.resume_state is not None and plan.progress(run.step - 1, run.train_time) >= 1.0:
-        length = f"{plan.total_steps} steps" if plan.total_steps else f"a {plan.time_budget:.0f} s budget"
-        raise NanobertError(
-            f"{s.resume} is at step {run.step} of a run of {length}: nothing is left to train; give a longer "
-            "--max-steps, --epochs or --time-budget (each counts the whole run, not more of it)"
-        )
     s.stream.set_progress(plan.progress(run.step, run.train_time))  # a resumed run's, before any prefetch
     train_model = torch.compile(model) if cfg.compile else model  # keep `model` unwrapped for saving
     if s.ctx.enabled:
