@@ -1,6 +1,8 @@
 """Prepared corpora: streamed documents, the memory-mapped layout, windowed instances, --prepared runs."""
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -24,6 +26,7 @@ CLS, SEP = 2, 3
         " = A = \n\n Intro before . Two .\n = = Sec = = \n More text here .\n\n = B = \n Other doc . Yes .\n",
         "Lead paragraph without a title . Still lead .\n\nSecond block .\n = = Deep = = \nSame block .\n",
         "\ufeffFirst para . Done .\n\n\n\nNext para <unk> here .\n",
+        "\ufeff = Only Title = \n\nFirst para . Words .\n\nSecond para . More .\n",  # a BOM before a title
         "Before any title .\n\n = T1 = \n\nBody one .\n\nBody one more .\n = T2 = \nBody two .\n",
         "",
         "\n\n   \n",
@@ -100,6 +103,22 @@ def test_prepare_never_replaces_its_input_or_a_stranger_folder(prepared, tmp_pat
     with pytest.raises(NanobertError, match="is a file, not a folder"):
         prepare_corpus(str(corpus), other / "keep.txt" / "prep", vocab_size=120, quiet=True)
     assert corpus.is_file() and (other / "keep.txt").read_text() == "keep me"
+    (other / "meta.json").write_text("{}")  # a meta.json alone does not make the folder a prepared corpus
+    with pytest.raises(NanobertError, match="something other than a prepared corpus"):
+        prepare_corpus(str(corpus), other, vocab_size=120, overwrite=True, quiet=True)
+    assert (other / "keep.txt").read_text() == "keep me"
+
+
+def test_prepare_checks_the_vocabulary_first_and_clears_a_killed_runs_leftover(prepared, tmp_path):
+    _, corpus, _, _ = prepared
+    with pytest.raises(NanobertError, match="vocab_size -5 is too small"):
+        prepare_corpus(str(corpus), tmp_path / "p3", vocab_size=-5, quiet=True)
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    stale = tmp_path / f".p4.tmp-{child.pid}"  # what a prepare killed by SIGKILL leaves
+    stale.mkdir()
+    prepare_corpus(str(corpus), tmp_path / "p4", vocab_size=120, min_frequency=1, quiet=True)
+    assert not stale.exists() and (tmp_path / "p4" / "meta.json").is_file()
 
 
 @pytest.mark.parametrize(

@@ -101,7 +101,7 @@ def _recover(directory: Path) -> None:
         # NAME exists but is no checkpoint: not ours to delete; reading it says so
 
 
-def _remove_stale_temporaries(directory: Path) -> None:
+def remove_stale_temporaries(directory: Path) -> None:
     """Delete `.NAME.tmp-PID` directories whose writer no longer runs (it was killed mid-write)."""
     for stale, pid in _stamped(directory, "tmp"):
         if not _pid_alive(pid):
@@ -123,7 +123,7 @@ def write_atomically(directory: str | Path, write: Any) -> Path:
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     _recover(directory)
-    _remove_stale_temporaries(directory)
+    remove_stale_temporaries(directory)
     tmp = directory.with_name(f".{directory.name}.tmp-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)

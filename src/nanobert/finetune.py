@@ -135,7 +135,7 @@ def finetune(
             f"max_seq_len {cfg.max_seq_len} exceeds the model's {model.config.max_position_embeddings} "
             "positions; lower --max-seq-len"
         )
-    device = start_run(model, cfg, out_dir, overwrite, checkpoint)
+    device = start_run(model, cfg, out_dir, overwrite, checkpoint, files)
     adaptation = None
     if cfg.adapt_epochs:  # masked-LM on the task's own text first (adapt.py)
         train, dev = splits["train"].data, splits["dev"].data

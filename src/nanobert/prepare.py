@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from nanobert.checkpoint import remove_stale_temporaries
 from nanobert.config import TrainConfig
 from nanobert.corpus import (
     WIKITEXT_HF_NAMES,
@@ -58,7 +59,13 @@ from nanobert.pretraining_data import (
     causal_batches,
     require_causal_window,
 )
-from nanobert.tokenizer import encode_sentences, load_tokenizer, save_tokenizer, train_tokenizer
+from nanobert.tokenizer import (
+    check_tokenizer_options,
+    encode_sentences,
+    load_tokenizer,
+    save_tokenizer,
+    train_tokenizer,
+)
 
 __all__ = [
     "DEFAULT_SAMPLE_WORDS",
@@ -97,6 +104,7 @@ def _has_title(path: Path) -> bool:
     """Whether any line is a top-level heading (` = Title = `); stops at the first one."""
     with path.open("rb") as file:
         for raw in file:
+            raw = raw.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark, which utf8_lines drops too
             if raw.lstrip().startswith(b"= ") and _heading_level(raw.decode("utf-8", "replace")) == 1:
                 return True
     return False
@@ -264,9 +272,14 @@ def prepare_corpus(
         )
     # The tokenizer may come from out_dir itself (it is read before out_dir is replaced); the text may not.
     inputs = [p for p in (data, valid) if p is not None and Path(p).exists()]
-    out_dir = check_output_dir(out_dir, overwrite, inputs, META_NAME, "prepared corpus").resolve()
+    out_dir = check_output_dir(
+        out_dir, overwrite, inputs, META_NAME, "prepared corpus", _holds_prepared_corpus
+    ).resolve()
     if sample_words < 1:
         raise NanobertError(f"--tokenizer-sample-words must be at least 1, got {sample_words}")
+    if tokenizer_dir is None:  # before reading a sample that may be millions of words
+        check_tokenizer_options(vocab_size, min_frequency)
+    remove_stale_temporaries(out_dir)  # left by a prepare that was killed
     readers = _split_readers(data, valid)
 
     def say(text: str) -> None:
@@ -375,6 +388,16 @@ class PreparedSplit(Sequence):
 
     def num_tokens(self) -> int:
         return len(self.tokens)
+
+
+def _holds_prepared_corpus(directory: Path) -> bool:
+    """Whether `directory`'s meta.json is a prepared corpus's (a meta.json alone is no proof: --overwrite
+    must not wipe a folder that merely has one)."""
+    try:
+        meta = json.loads((directory / META_NAME).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(meta, dict) and _valid_meta(meta)
 
 
 def _valid_meta(meta: Any) -> bool:

@@ -166,7 +166,7 @@ def finetune_qa(
     tokenizer = load_tokenizer(checkpoint)
     splits, features = _qa_data(files, tokenizer, cfg, pretrained.config.max_position_embeddings)
     model = with_encoder(pretrained, BertForQuestionAnswering, from_scratch, cfg.seed, cfg.dropout)
-    device = start_run(model, cfg, out_dir, overwrite, checkpoint)
+    device = start_run(model, cfg, out_dir, overwrite, checkpoint, files)
     adaptation = _adapt(pretrained, model, tokenizer, splits["dev"], features, cfg, out_dir, quiet)
     extra = {
         "task": "qa",

@@ -21,7 +21,7 @@ METRICS_NAME = "metrics.jsonl"
 SUMMARY_NAME = "summary.json"
 CURVES_NAME = "curves.png"
 # What marks a directory as holding a run ("adapt": a fine-tuning run's adaptation, even one interrupted)
-RUN_ARTEFACTS = (METRICS_NAME, SUMMARY_NAME, "best", "last", "adapt")
+RUN_ARTEFACTS = (METRICS_NAME, SUMMARY_NAME, "best", "last", "adapt", "predictions.json")  # the last: QA's
 
 
 def prepare_out_dir(
@@ -37,6 +37,8 @@ def prepare_out_dir(
     if out_dir.exists() and not out_dir.is_dir():
         raise NanobertError(f"output {out_dir} is a file; give a directory for the run")
     for source in filter(None, inputs):
+        if within(out_dir, source):  # a run written inside the checkpoint it starts from
+            raise NanobertError(f"output {out_dir} lies inside the input {source}; choose another --out")
         if any(within(source, out_dir / name) for name in RUN_ARTEFACTS):
             raise NanobertError(
                 f"{source} belongs to the run in {out_dir}, which this job would replace; choose another "

@@ -23,6 +23,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from nanobert.errors import NanobertError
 
 __all__ = [
+    "check_tokenizer_options",
     "CLS_ID",
     "DEFAULT_VOCAB_SIZE",
     "MASK_ID",
@@ -98,17 +99,9 @@ def _check_special_ids(tokenizer: Tokenizer) -> None:
             )
 
 
-def train_tokenizer(
-    texts: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE, min_frequency: int = 2
-) -> Tokenizer:
-    """Train a lowercase WordPiece tokenizer on `texts` (sentences or paragraphs, any length).
-
-    Returns a `tokenizers.Tokenizer` with `SPECIAL_TOKENS` at ids 0..4, the BERT pair template attached,
-    and at most `vocab_size` tokens. On a small corpus the trainer runs out of pieces worth merging and
-    the vocabulary is smaller than asked; `tokenizer.get_vocab_size()` is the real size to give the model.
-    `min_frequency` is how often a piece must occur to be kept. Raises NanobertError when `vocab_size` is
-    below `MIN_VOCAB_SIZE` or `texts` holds no non-blank text.
-    """
+def check_tokenizer_options(vocab_size: int, min_frequency: int) -> None:
+    """NanobertError for a vocabulary size or minimum frequency `train_tokenizer` cannot use; callers that
+    read a large sample first (`nanobert prepare`) check before reading it."""
     if vocab_size < MIN_VOCAB_SIZE:
         raise NanobertError(
             f"vocab_size {vocab_size} is too small to hold the {NUM_SPECIAL_TOKENS} special tokens and an "
@@ -120,6 +113,20 @@ def train_tokenizer(
         )
     if min_frequency < 0:
         raise NanobertError(f"min_frequency must be 0 or more, got {min_frequency}")
+
+
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE, min_frequency: int = 2
+) -> Tokenizer:
+    """Train a lowercase WordPiece tokenizer on `texts` (sentences or paragraphs, any length).
+
+    Returns a `tokenizers.Tokenizer` with `SPECIAL_TOKENS` at ids 0..4, the BERT pair template attached,
+    and at most `vocab_size` tokens. On a small corpus the trainer runs out of pieces worth merging and
+    the vocabulary is smaller than asked; `tokenizer.get_vocab_size()` is the real size to give the model.
+    `min_frequency` is how often a piece must occur to be kept. Raises NanobertError when `vocab_size` is
+    below `MIN_VOCAB_SIZE` or `texts` holds no non-blank text.
+    """
+    check_tokenizer_options(vocab_size, min_frequency)
     # Materialise once: we need to know it is non-empty before training, and the trainer iterates anyway.
     texts = [text for text in texts if text and not text.isspace()]
     if not texts:

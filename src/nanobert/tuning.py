@@ -69,15 +69,20 @@ def copy_encoder(pretrained: BertForPreTraining, model: torch.nn.Module) -> None
 
 
 def start_run(
-    model: torch.nn.Module, cfg: FinetuneConfig, out_dir: Path, overwrite: bool, checkpoint: str | Path
+    model: torch.nn.Module,
+    cfg: FinetuneConfig,
+    out_dir: Path,
+    overwrite: bool,
+    checkpoint: str | Path,
+    files: dict[str, str | Path | None],
 ) -> torch.device:
     """The last of a job's setup: `model` moved to `cfg.device` (returned), `out_dir` claimed for a fresh run
-    (never the run that holds `checkpoint`, even with `overwrite`), Python and torch seeded from `cfg.seed`
-    (dropout). Called once the checkpoint and data have loaded, so that every error in them comes before the
-    output directory is touched."""
+    (never the run that holds `checkpoint` or one of the data `files`, nor a folder inside the checkpoint,
+    even with `overwrite`), Python and torch seeded from `cfg.seed` (dropout). Called once the checkpoint and
+    data have loaded, so that every error in them comes before the output directory is touched."""
     device = resolve_device(cfg.device)
     model.to(device)
-    prepare_out_dir(out_dir, overwrite, resumable=False, inputs=(checkpoint,))
+    prepare_out_dir(out_dir, overwrite, resumable=False, inputs=(checkpoint, *files.values()))
     seed_run(cfg.seed)
     return device
 
