@@ -185,6 +185,28 @@ def test_answer_prints_the_answer_its_probability_and_span(tuned, capsys):
     assert model.answer("When did juliet go?", context).text == ""  # unanswerable: no answer
     with pytest.raises(NanobertError, match="both hold some text"):
         model.answer("Where?", "   ")
+    # a question longer than the model's window (32 pieces) is cut to half of it, not refused
+    assert isinstance(model.answer("where did juliet go ? " * 20, context).text, str)
+    with pytest.raises(NanobertError, match="not valid Unicode"):
+        model.answer("Where did \udce9 go?", context)
+
+
+def test_a_run_never_writes_over_its_dev_file_or_into_its_checkpoint(task, tmp_path, capsys):
+    """The run's predictions.json is one of its outputs: a dev file of that name in --out, or an --out inside
+    the checkpoint, is refused before anything is written."""
+    root, train, dev = task
+    work = tmp_path / "work"
+    work.mkdir()
+    dev_copy = work / "predictions.json"
+    dev_copy.write_bytes(dev.read_bytes())
+    cfg = QAConfig(epochs=1, batch_size=16, max_seq_len=32, doc_stride=8, device="cpu", precision="fp32")
+    checkpoint = qa_checkpoint(tmp_path)
+    with pytest.raises(NanobertError, match="belongs to the run in"):
+        finetune_qa(checkpoint, train, dev_copy, work, cfg, quiet=True)
+    assert dev_copy.read_bytes() == dev.read_bytes()
+    with pytest.raises(NanobertError, match="lies inside the input"):
+        finetune_qa(checkpoint, train, dev, checkpoint / "ft", cfg, quiet=True)
+    assert not (checkpoint / "ft").exists()
 
 
 def test_the_qa_checkpoint_exports_as_bert_for_question_answering(tuned, tmp_path):

@@ -163,9 +163,10 @@ def featurize(
     """Cut every example into windows `[CLS] question [SEP] context piece [SEP]` of at most `max_seq_len`.
 
     Window starts are `doc_stride` word pieces apart (google's doc_stride); questions longer than
-    `max_query_length` pieces are cut. Contexts are encoded once however many questions share them, and which
-    window gives each context piece the most context is worked out once per window layout (the windows'
-    starts and lengths), not once per question: most questions of a context share its layout.
+    `max_query_length` pieces, or than half of `max_seq_len`, are cut. Contexts are encoded once however many
+    questions share them, and which window gives each context piece the most context is worked out once per
+    window layout (the windows' starts and lengths), not once per question: most questions of a context
+    share its layout.
     """
     questions = tokenizer.encode_batch([e.question for e in examples], add_special_tokens=False)
     unique = list(dict.fromkeys(e.context for e in examples))
@@ -174,7 +175,9 @@ def featurize(
     layouts: dict[tuple[tuple[int, int], ...], list[list[bool]]] = {}  # windows -> their max-context flags
     features = QAFeatures()
     for index, (example, question) in enumerate(zip(examples, questions, strict=True)):
-        q_ids = question.ids[:max_query_length]
+        # At most half the window, so a long question (asked of a model trained on short windows) still
+        # leaves room for the context instead of failing.
+        q_ids = question.ids[: min(max_query_length, max_seq_len // 2)]
         ids, offsets = contexts[example.context]
         room = max_seq_len - len(q_ids) - 3
         if room < 1:
