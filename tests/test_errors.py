@@ -68,3 +68,19 @@ def test_an_output_file_cannot_be_a_directory_or_sit_under_a_file(tmp_path):
         check_output_file(tmp_path / "plain", inputs=[tmp_path / "x", tmp_path / "." / "plain"])
     with pytest.raises(NanobertError, match="lies inside the input"):
         check_output_file(tmp_path / "model" / "config.json", inputs=[tmp_path / "model"])
+
+
+def test_a_closed_stdout_pipe_ends_quietly(tmp_path):
+    """`nanobert ... | head -1`: the reader leaves early; no BrokenPipeError traceback."""
+    script = tmp_path / "many.py"
+    script.write_text(
+        "from nanobert.errors import run_script\n"
+        "def main():\n"
+        "    for i in range(200_000):\n"
+        "        print('row', i)\n"
+        "raise SystemExit(run_script('many.py', main))\n"
+    )
+    result = subprocess.run(
+        f"{sys.executable} {script} | head -1", shell=True, capture_output=True, text=True, timeout=60
+    )
+    assert result.stdout == "row 0\n" and "Traceback" not in result.stderr and result.stderr == ""

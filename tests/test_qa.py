@@ -112,6 +112,11 @@ def test_the_null_score_threshold_is_the_models_unless_overridden(tuned, tmp_pat
         capsys, *ask, "--question", "When did juliet go?", "--null-score-threshold", 1e9
     )
     assert code == 0 and stdout.strip() != "(no answer)"  # [CLS] never wins
+    for bad in ("nan", "inf"):  # NaN silently answered every question; neither is a threshold
+        code, _, err = run_cli(capsys, *ask, "--question", "Where?", "--null-score-threshold", bad)
+        assert code == 2 and "must be a finite number" in err, err
+    with pytest.raises(NanobertError, match="null_score_threshold must be a finite number"):
+        QAConfig(null_score_threshold=float("nan"))
     # the threshold recorded with the model is the one predict and answer use
     shutil.copytree(out / "best", tmp_path / "strict")
     config = json.loads((tmp_path / "strict" / "config.json").read_text())

@@ -27,6 +27,8 @@ def test_the_guard_refuses_a_directory_that_holds_a_run(tmp_path):
     assert not (out / "metrics.jsonl").exists() and (out / "notes.txt").read_text() == "mine"
     with pytest.raises(NanobertError, match="is a file; give a directory"):  # pretrain, finetune, qa alike
         prepare_out_dir(out / "notes.txt", overwrite=True)
+    with pytest.raises(NanobertError, match="is a file, not a folder"):
+        prepare_out_dir(out / "notes.txt" / "sub", overwrite=True, create=False)
 
 
 def test_records_and_continuing_a_run(tmp_path, capsys):

@@ -331,7 +331,8 @@ class QAConfig(FinetuneConfig):
                     "max_train_examples",
                     self.max_train_examples is None or self.max_train_examples >= 1,
                     "at least 1",
-                )
+                ),
+                ("null_score_threshold", math.isfinite(self.null_score_threshold), "a finite number"),
             ],
         )
 

@@ -6,6 +6,7 @@ so users never see a traceback for their own mistakes. Bugs stay ordinary except
 """
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -121,3 +122,6 @@ def run_script(prog: str, main: Callable[[], int | None]) -> int:
     except NanobertError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # stdout's reader left (`nanobert predict ... | head`): stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail
+        return 141  # 128 + SIGPIPE, what a shell reports for a writer whose pipe closed

@@ -15,6 +15,7 @@ official `{question id: answer text}` file) and `answer(question, context)` for 
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 from pathlib import Path
@@ -57,6 +58,8 @@ class QAModel:
         self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
         self.settings = config_from_dict(QAConfig, config.get("finetune") or {})  # checks the types
         self.with_no_answer = bool(config.get("version_2_with_negative", False))
+        if null_score_threshold is not None and not math.isfinite(null_score_threshold):
+            raise NanobertError(f"--null-score-threshold must be a finite number, not {null_score_threshold}")
         if null_score_threshold is not None and not self.with_no_answer:
             raise NanobertError(
                 "--null-score-threshold applies only to a SQuAD 2.0 model (trained with unanswerable "

@@ -15,7 +15,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from nanobert.errors import NanobertError, within
+from nanobert.errors import NanobertError, check_output_file, within
 
 METRICS_NAME = "metrics.jsonl"
 SUMMARY_NAME = "summary.json"
@@ -36,6 +36,7 @@ def prepare_out_dir(
     """
     if out_dir.exists() and not out_dir.is_dir():
         raise NanobertError(f"output {out_dir} is a file; give a directory for the run")
+    check_output_file(out_dir / METRICS_NAME)  # no file where one of its folders goes
     for source in filter(None, inputs):
         if within(out_dir, source):  # a run written inside the checkpoint it starts from
             raise NanobertError(f"output {out_dir} lies inside the input {source}; choose another --out")
