@@ -10,6 +10,7 @@ from nanobert.finetune_data import (
     ExampleStream,
     TaskSpec,
     collate,
+    label_key,
     label_order,
     load_split,
     train_batches,
@@ -26,6 +27,9 @@ def tokenizer():
 def test_label_order_is_numeric_when_labels_are_numbers():
     assert label_order(["10", "2", "1", "2"]) == ["1", "2", "10"]
     assert label_order(["neg", "pos", "neg"]) == ["neg", "pos"]
+    # NaN and inf are numbers to float() but not to an order: by string, the same under any hash seed
+    assert label_order(["nan", "1", "2", "10", "3"]) == ["1", "10", "2", "3", "nan"]
+    assert label_key(1.0) == label_key(1) == "1" and label_key(1.5) == "1.5" and label_key("1.0") == "1.0"
 
 
 def test_collate_pads_dynamically():

@@ -122,3 +122,28 @@ def test_tsv_cells_are_written_back_as_read(tmp_path):
     written = out.read_text().splitlines()[1:]
     assert written == ['he said "hi" to me\tpos\tpos', "a back\\slash, here\tneg\tneg"]
     assert read_table(out).rows == [[*row, p] for row, p in zip(table.rows, ["pos", "neg"], strict=True)]
+
+
+def test_ragged_rows_open_quotes_and_taken_column_names(tmp_path):
+    """Short rows are padded so predictions sit under their names; a longer row, a name the file already
+    uses, or a quote left open (which swallowed the rest of the file) is a one-line error."""
+    short = tmp_path / "short.csv"
+    short.write_text("text,label\ncat sat on mat\ndog ran,9\n")
+    table = read_table(short)
+    out = io.StringIO()
+    write_table(table, {"prediction": ["a", "b"]}, out)
+    assert out.getvalue().splitlines() == ["text,label,prediction", "cat sat on mat,,a", "dog ran,9,b"]
+    long = tmp_path / "long.csv"
+    long.write_text("text,label\ndog ran,9\nlog red,2,extra note\n")
+    with pytest.raises(NanobertError, match="line 3 of .* has 3 cells, more than its header's 2"):
+        read_table(long).check_new_columns(["prediction"])
+    with pytest.raises(NanobertError, match="already has a column 'label'"):
+        table.check_new_columns(["prediction", "label"])
+    jsonl = tmp_path / "p.jsonl"
+    jsonl.write_text('{"text": "a"}\n{"text": "b", "prediction": "mine"}\n')
+    with pytest.raises(NanobertError, match="already has a column 'prediction'"):
+        read_table(jsonl).check_new_columns(["prediction", "probabilities"])
+    stray = tmp_path / "stray.csv"
+    stray.write_text('id,text\n1,"she said ""hi"" to me\n2,second row\n3,third row\n')
+    with pytest.raises(NanobertError, match="is not valid CSV"):
+        read_table(stray)

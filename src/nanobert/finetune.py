@@ -269,6 +269,14 @@ def classify(
     return model_outputs(model, Encoded(ids, types), device, amp_dtype, batch_size)
 
 
+def _prediction_columns(config: dict[str, Any], fmt: str) -> list[str]:
+    """The columns `predict` adds: the prediction, and each label's probability (JSONL: one object)."""
+    if config["task"] == "regression":
+        return ["prediction"]
+    probabilities = ["probabilities"] if fmt == "jsonl" else [f"prob_{label}" for label in config["labels"]]
+    return ["prediction", *probabilities]
+
+
 def predict(
     model_dir: str | Path,
     input_file: str | Path,
@@ -306,6 +314,7 @@ def predict(
         if fmt is None:
             raise
     table = read_table(input_file, fmt, encoding, header=not headerless)
+    table.check_new_columns(_prediction_columns(config, table.format))  # before the model runs
     texts_a = read_texts(table, text_col)
     texts_b = read_texts(table, text_pair_col) if text_pair_col is not None else None
     outputs = classify(model, tokenizer, config, texts_a, texts_b, batch_size)

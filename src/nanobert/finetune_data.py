@@ -60,18 +60,24 @@ class TaskSpec:
 
 
 def label_key(value: Any) -> str:
-    """A label as the string the mapping stores: text as is, JSON numbers and booleans as JSON writes them."""
+    """A label as the string the mapping stores: text as is, JSON numbers and booleans as JSON writes them,
+    a whole-number float as the integer (JSON's 1.0 and 1 are one class)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     return value if isinstance(value, str) else json.dumps(value)
 
 
 def label_order(keys: list[str]) -> list[str]:
-    """The distinct labels in a fixed order (numeric when every label is a number, else by string), so the
-    ids do not depend on which label happens to come first in the file."""
+    """The distinct labels in a fixed order (numeric when every label is a finite number, else by string), so
+    the ids do not depend on which label comes first in the file, nor on hashing (NaN sorts nowhere)."""
     distinct = set(keys)
     try:
-        return sorted(distinct, key=lambda k: (float(k), k))
+        numbers = {k: float(k) for k in distinct}
     except ValueError:
         return sorted(distinct)
+    if not all(math.isfinite(x) for x in numbers.values()):
+        return sorted(distinct)
+    return sorted(distinct, key=lambda k: (numbers[k], k))
 
 
 def read_texts(table: Table, col: Column) -> list[str]:

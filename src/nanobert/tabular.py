@@ -75,6 +75,25 @@ class Table:
             return "its keys are: " + ", ".join(repr(k) for k in first)
         return f"its rows have {len(first)} fields (0-based indexes 0..{len(first) - 1})"
 
+    def check_new_columns(self, names: list[str]) -> None:
+        """Before predictions are added as columns `names`: they must not overwrite or repeat the file's own,
+        and no row may be longer than the header (its new cells would land under the wrong names)."""
+        taken = set(self.header or [])
+        if self.format == "jsonl":
+            taken = {key for row in self.rows if isinstance(row, dict) for key in row}
+        clash = [name for name in names if name in taken]
+        if clash:
+            raise NanobertError(
+                f"{self.path} already has a column {clash[0]!r}, which the predictions would take; rename it"
+            )
+        if self.header is not None:
+            for row, line in zip(self.rows, self.line_numbers, strict=True):
+                if len(row) > len(self.header):
+                    raise NanobertError(
+                        f"line {line} of {self.path} has {len(row)} cells, more than its header's "
+                        f"{len(self.header)}; predictions would land under the wrong column names"
+                    )
+
     def column(self, col: Column, *, required: bool = True) -> list[Any] | None:
         """The values of one column, in row order; None if it is absent and not `required`.
 
@@ -177,7 +196,8 @@ def read_table(
         if fmt == "tsv":
             reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_NONE)
         else:
-            reader = csv.reader(io.StringIO(text, newline=""))
+            # strict: a quote left open is an error, not a cell that swallows the rest of the file
+            reader = csv.reader(io.StringIO(text, newline=""), strict=True)
         start = 1
         try:
             for row in reader:
@@ -228,10 +248,12 @@ def write_table(table: Table, new_columns: dict[str, list[Any]], out: str | Path
 
         else:
             write_row = csv.writer(f, lineterminator="\n").writerow
+        # short rows padded to the header (or the widest row), so every new cell sits under its name
+        width = len(table.header) if table.header is not None else max(len(row) for row in table.rows)
         if table.header is not None:
             write_row([*table.header, *names])
         for i, row in enumerate(table.rows):
-            write_row([*row, *extra(i)])
+            write_row([*row, *[""] * (width - len(row)), *extra(i)])
 
     if out is None:
         emit(sys.stdout)
