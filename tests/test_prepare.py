@@ -218,6 +218,14 @@ def test_pretrain_prepared_resumes_exactly_across_windows(prepared, tmp_path, mo
     assert len(err.splitlines()) == 1 and "pass --prepared PATH" in err, err
     argv = ["pretrain", "--resume", str(split / "last"), "--max-steps", "13", "--prepared", str(moved)]
     assert main([*argv, "--quiet"]) == 0
+    # Prepared again with another tokenizer: evaluate refuses ids that now mean other words.
+    _, corpus, valid, _ = prepared
+    prepare_corpus(
+        str(corpus), moved, valid=str(valid), vocab_size=60, min_frequency=1, overwrite=True, quiet=True
+    )
+    assert main(["evaluate", str(split / "last"), "--device", "cpu"]) == 2  # it records `moved` now
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "was prepared with another tokenizer" in err, err
 
 
 def test_cli_prepare_and_prepared_errors(tmp_path, capsys):

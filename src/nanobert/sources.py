@@ -94,6 +94,11 @@ class DataSources:
             raise NanobertError(
                 f"{self.prepared} has no valid split; pass --valid FILE (to pretrain, evaluate or prepare)"
             )
+        if tokenizer.get_vocab() != prepared.tokenizer().get_vocab():  # its ids would mean other words
+            raise NanobertError(
+                f"{self.prepared} was prepared with another tokenizer than the model's (prepared again?); "
+                "pass --valid FILE, or prepare it with --tokenizer CHECKPOINT"
+            )
         return list(prepared.split("valid")), f"held out: the valid split of {self.prepared}"
 
 
