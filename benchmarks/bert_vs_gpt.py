@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -34,7 +35,7 @@ import torch
 from nanobert.checkpoint import load_causal_lm, load_pretraining_checkpoint, read_config
 from nanobert.config import build_configs, parse_overrides
 from nanobert.corpus import load_documents
-from nanobert.errors import ArgumentParser, check_input_file, run_script
+from nanobert.errors import ArgumentParser, NanobertError, check_input_file, check_output_file, run_script
 from nanobert.evaluate import (
     eval_instances,
     evaluate_model,
@@ -212,6 +213,12 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+def check_documents(path: str, option: str) -> None:
+    """A one-line error unless `path` is a UTF-8 text file of at least two documents, as NSP needs."""
+    if len(load_documents(path)) < 2:  # load_documents: binary, non-UTF-8 and empty files
+        raise NanobertError(f"{option} {path} holds one document; NSP pairs need at least two")
+
+
 def main() -> None:
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train", required=True, help="e.g. ../shared/data/wikitext-2/wiki.valid.tokens")
@@ -228,14 +235,28 @@ def main() -> None:
     if args.report:
         print(markdown(json.loads(check_input_file(out / "results.json", "--report: --out's").read_text())))
         return
-    # What is read after the (long) training is checked before it.
+    if not args.skip_training and not 0 < args.time_budget < math.inf:  # NaN fails this too
+        raise NanobertError(f"--time-budget must be a positive number of seconds, got {args.time_budget:g}")
+    # What is read after the (long) training is checked before it: the test file as text with the two
+    # documents the held-out NSP pairs need (a binary, non-UTF-8 or empty file fails now, not after training).
     check_input_file(args.test, "--test")
+    check_documents(args.test, "--test")
+    check_output_file(out / "results.json")  # --out is not, and does not lie under, a file
     if args.skip_training:
         for objective in ("mlm_nsp", "causal"):
             check_input_file(out / objective / "summary.json", "--skip-training needs a finished run:")
     else:
         check_input_file(args.train, "--train")
-        build_configs(args.preset, *parse_overrides(args.set))  # an unknown preset or --set key
+        check_documents(args.train, "--train")  # the tokenizer and both runs train on it
+        model_over, train_over = parse_overrides(args.set)
+        # An unknown preset or --set key, a bad --seed; no file where a run's directory goes.
+        for objective in ("mlm_nsp", "causal"):
+            check_output_file(out / objective / "summary.json")
+            build_configs(
+                args.preset,
+                model_over,
+                {**train_over, "objective": objective, "time_budget": args.time_budget, "seed": args.seed},
+            )
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     if not args.skip_training:

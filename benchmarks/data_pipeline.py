@@ -23,13 +23,15 @@ from pathlib import Path
 import torch
 
 from nanobert.config import MODEL_PRESETS, ModelConfig
-from nanobert.corpus import load_documents, read_text_file
+from nanobert.corpus import documents_from_lines, load_documents, read_text_file
 from nanobert.device import autocast_dtype, resolve_device
-from nanobert.errors import ArgumentParser, positive_int, run_script
+from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script
 from nanobert.model import BertForPreTraining
 from nanobert.optim import build_optimizer
-from nanobert.pretraining_data import MaskingCollator, batches, create_instances, query_layout
-from nanobert.tokenizer import encode_documents, train_tokenizer
+from nanobert.pretraining_data import MaskingCollator, batches, create_instances, nsp_documents, query_layout
+from nanobert.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, encode_documents, train_tokenizer
+
+MIN_SEQ_LEN = 5  # [CLS] A [SEP] B [SEP], what an NSP instance needs at least
 
 
 def peak_rss_mib() -> float:
@@ -70,12 +72,43 @@ def measure_train_tokens_per_s(device: str, shape: str, vocab: int, batch_size: 
     return batch_size * seq_len / sorted(times)[len(times) // 2]
 
 
+def check_args(args: argparse.Namespace) -> str:
+    """What each stage needs, checked before the pipeline runs (minutes at scale); returns --source's text."""
+    if not MIN_VOCAB_SIZE <= args.vocab_size <= MAX_VOCAB_SIZE:
+        raise NanobertError(
+            f"--vocab-size {args.vocab_size} is out of range; use {MIN_VOCAB_SIZE} to {MAX_VOCAB_SIZE:,}"
+        )
+    if args.seq_len < MIN_SEQ_LEN:
+        raise NanobertError(
+            f"--seq-len {args.seq_len} is too short; NSP instances need at least {MIN_SEQ_LEN}"
+        )
+    if args.measure_train:
+        try:
+            resolve_device(args.measure_train)
+        except NanobertError:  # its advice names --device, which this script does not have
+            raise NanobertError(
+                f"--measure-train {args.measure_train}: no CUDA GPU is available; use --measure-train cpu, "
+                "or --train-tokens-per-s N to compare against a speed measured elsewhere"
+            ) from None
+        positions = ModelConfig(**MODEL_PRESETS[args.shape]).max_position_embeddings
+        if args.seq_len > positions:
+            raise NanobertError(
+                f"--seq-len {args.seq_len} exceeds the {args.shape} model's {positions} positions, which "
+                f"--measure-train trains; use --seq-len {positions} or less"
+            )
+    load_documents(args.source)  # a missing, binary, non-UTF-8 or empty file: one line and exit 2
+    text = Path(args.source).read_text(encoding="utf-8")
+    # NSP needs two documents. Copies are concatenated, so two copies hold two documents if the corpus will.
+    nsp_documents(documents_from_lines((text * min(args.repeat, 2)).splitlines()))
+    return text
+
+
 def main() -> None:
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--source", required=True, help="a WikiText file, e.g. ../shared/data/wikitext-2/wiki.valid.tokens"
     )
-    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--repeat", type=positive_int, default=10)
     p.add_argument("--vocab-size", type=int, default=8192)
     p.add_argument("--seq-len", type=positive_int, default=128)
     p.add_argument("--batch-size", type=positive_int, default=32)
@@ -83,9 +116,7 @@ def main() -> None:
     p.add_argument("--measure-train", choices=["cpu", "cuda"], help="measure training speed on this device")
     p.add_argument("--shape", default="mini", choices=list(MODEL_PRESETS))
     args = p.parse_args()
-
-    load_documents(args.source)  # a missing, binary, non-UTF-8 or empty file: one line and exit 2
-    text = Path(args.source).read_text(encoding="utf-8")
+    text = check_args(args)
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus.txt"
         corpus.write_text(text * args.repeat, encoding="utf-8")

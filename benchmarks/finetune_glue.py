@@ -29,9 +29,10 @@ from pathlib import Path
 
 from nanobert.checkpoint import read_config
 from nanobert.config import FinetuneConfig
-from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script
+from nanobert.errors import ArgumentParser, NanobertError, check_output_file, positive_int, run_script
 from nanobert.finetune import finetune
 from nanobert.finetune_data import TaskSpec
+from nanobert.run_log import prepare_out_dir
 
 INITS = ("pretrained", "scratch")
 
@@ -61,6 +62,30 @@ def prepare_trec(trec_dir: Path, out: Path, seed: int) -> dict[str, Path]:
         paths[name] = out / f"{name}.tsv"
         paths[name].write_text("text\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows), encoding="utf-8")
     return paths
+
+
+def run_dir(out: Path, task: str, init: str, lr: float) -> Path:
+    """Where one run of the grid goes."""
+    return out / f"{task}-{init}-lr{lr:g}"
+
+
+def check_run_dirs(args, tasks: list[str]) -> None:
+    """Every run directory of the grid, checked before the first run starts (not when its turn comes, hours
+    later): no run named twice, none already there without --overwrite, no file where one goes."""
+    for option, values in (
+        ("--learning-rate", [f"{lr:g}" for lr in args.learning_rate]),
+        ("--inits", args.inits),
+    ):
+        twice = sorted({v for v in values if values.count(v) > 1})
+        if twice:
+            raise NanobertError(f"{option} gives {', '.join(twice)} more than once; give each value once")
+    check_output_file(args.out / "results.json")  # --out is not, and does not lie under, a file
+    for task in tasks:
+        for lr in args.learning_rate:
+            for init in args.inits:
+                out = run_dir(args.out, task, init, lr)
+                check_output_file(out / "summary.json")
+                prepare_out_dir(out, args.overwrite, resumable=False, create=False, inputs=(args.checkpoint,))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     read_config(args.checkpoint)
     for lr in args.learning_rate:  # the whole grid's settings, not only the first run's
         FinetuneConfig(learning_rate=lr, layer_lr_decay=args.layer_lr_decay, dropout=args.dropout)
+    check_run_dirs(args, [name for name, d in (("sst2", args.sst2_dir), ("trec6", args.trec_dir)) if d])
 
     tasks = {}  # name -> (files, report split)
     if args.sst2_dir:
@@ -148,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                     device=args.device,
                     precision=args.precision,
                 )
-                out = args.out / f"{name}-{init}-lr{lr:g}"
+                out = run_dir(args.out, name, init, lr)
                 print(f"== {name} {init} lr {lr:g} -> {out}", file=sys.stderr, flush=True)
                 start = time.perf_counter()
                 summary = finetune(

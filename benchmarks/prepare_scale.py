@@ -29,7 +29,11 @@ import threading
 import time
 from pathlib import Path
 
-from nanobert.errors import ArgumentParser, positive_int, run_script
+from nanobert.errors import ArgumentParser, NanobertError, check_output_file, positive_int, run_script
+
+# What this script writes under --out; `check_out` refuses an --out that already holds any of them, since the
+# run replaces them and (without --keep) deletes the corpus and prepared/ at the end.
+WRITES = ("corpus.txt", "prepared", "prepare_scale.json")
 
 
 class PeakMemory:
@@ -73,10 +77,11 @@ def stage_prepare(args) -> dict:
         args.prepared,
         vocab_size=args.vocab_size,
         sample_words=args.sample_words,
-        overwrite=True,
+        overwrite=False,  # the parent made sure it is not there: never replace a user's directory
         quiet=True,
     )
-    return {"seconds": round(time.perf_counter() - start, 1), **memory.result(), "splits": meta["splits"]}
+    # Milliseconds kept: a tiny corpus prepares in well under 0.1 s, and the words/s below divide by this.
+    return {"seconds": round(time.perf_counter() - start, 3), **memory.result(), "splits": meta["splits"]}
 
 
 def stage_epoch(args) -> dict:
@@ -120,18 +125,57 @@ def run_stage(stage: str, args) -> dict:
     cmd += ["--prepared", str(args.prepared), "--vocab-size", str(args.vocab_size)]
     cmd += ["--sample-words", str(args.sample_words), "--max-seq-len", str(args.max_seq_len)]
     cmd += ["--batch-size", str(args.batch_size)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        # The child's own one-line error (or a bug's last traceback line) says why; pass it on as one line.
+        lines = out.stderr.strip().splitlines() or [f"exit code {out.returncode}"]
+        why = lines[-1].removeprefix("prepare_scale.py: error: ")
+        raise NanobertError(f"the {stage} stage failed: {why}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def check_args(args) -> None:
+    """Everything the two stages need, checked before the (possibly 100M-word) corpus is written."""
+    from nanobert.config import TrainConfig
+    from nanobert.corpus import documents_from_lines, load_documents
+    from nanobert.pretraining_data import nsp_documents
+    from nanobert.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE
+
+    if not MIN_VOCAB_SIZE <= args.vocab_size <= MAX_VOCAB_SIZE:
+        raise NanobertError(
+            f"--vocab-size {args.vocab_size} is out of range; use {MIN_VOCAB_SIZE} to {MAX_VOCAB_SIZE:,}"
+        )
+    TrainConfig(max_seq_len=args.max_seq_len, batch_size=args.batch_size, seed=0)  # the epoch stage's
+    check_out(args.out)
+    load_documents(args.source)  # a missing, binary, non-UTF-8 or empty file: one line and exit 2
+    # NSP needs two documents. Copies are concatenated, so two copies hold two documents if the corpus will.
+    text = args.source.read_text(encoding="utf-8")
+    nsp_documents(documents_from_lines((text * min(args.repeat, 2)).splitlines()))
+
+
+def check_out(out: Path) -> None:
+    """Refuse an --out that is a file, lies under one, or already holds what this script writes there."""
+    check_output_file(out / WRITES[0])  # --out itself or a folder above it is a file
+    there = [name for name in WRITES if (out / name).exists()]
+    if there:
+        raise NanobertError(
+            f"--out {out} already holds {', '.join(there)}, which this run would replace (and delete "
+            "without --keep); choose another --out or move them away"
+        )
 
 
 def main() -> None:
     parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--source", type=Path, help="a WikiText-style text file to repeat")
-    parser.add_argument("--repeat", type=int, default=470, help="copies of --source (470: ~100M words)")
+    parser.add_argument(
+        "--repeat", type=positive_int, default=470, help="copies of --source (470: ~100M words)"
+    )
     parser.add_argument("--out", type=Path, help="working directory (corpus.txt and prepared/ go here)")
     parser.add_argument("--keep", action="store_true", help="keep the corpus and prepared files afterwards")
     parser.add_argument("--vocab-size", type=int, default=8192)
-    parser.add_argument("--sample-words", type=int, default=10_000_000, help="tokenizer training sample")
+    parser.add_argument(
+        "--sample-words", type=positive_int, default=10_000_000, help="tokenizer training sample"
+    )
     parser.add_argument("--max-seq-len", type=int, default=128)
     parser.add_argument("--batch-size", type=positive_int, default=32)
     parser.add_argument("--stage", choices=["prepare", "epoch"], help=argparse.SUPPRESS)
@@ -144,30 +188,29 @@ def main() -> None:
         return
     if args.source is None or args.out is None:
         parser.error("--source and --out are required")
-    from nanobert.corpus import load_documents
-
-    load_documents(args.source)  # a missing, binary, non-UTF-8 or empty file: one line and exit 2
+    check_args(args)
     args.out.mkdir(parents=True, exist_ok=True)
     args.corpus, args.prepared = args.out / "corpus.txt", args.out / "prepared"
     text = args.source.read_bytes()
     words = len(text.split()) * args.repeat
     start = time.perf_counter()
-    with open(args.corpus, "wb") as f:
-        for _ in range(args.repeat):
-            f.write(text)
-    print(
-        f"corpus: {args.source.name} x {args.repeat} = {words / 1e6:.1f}M words, "
-        f"{args.corpus.stat().st_size / 2**20:,.0f} MiB (written in {time.perf_counter() - start:.0f} s)",
-        flush=True,
-    )
-    try:
+    try:  # check_args made sure that corpus.txt and prepared/ are this run's own, so they may be deleted
+        with open(args.corpus, "wb") as f:
+            for _ in range(args.repeat):
+                f.write(text)
+        print(
+            f"corpus: {args.source.name} x {args.repeat} = {words / 1e6:.1f}M words, "
+            f"{args.corpus.stat().st_size / 2**20:,.0f} MiB (written in {time.perf_counter() - start:.0f} s)",
+            flush=True,
+        )
         prep = run_stage("prepare", args)
         train = prep["splits"]["train"]
+        rate = f"{words / prep['seconds'] / 1e6:.2f}M words/s" if prep["seconds"] > 0 else "too fast to time"
         print(
             f"prepare: {prep['seconds']:,.0f} s, peak RssAnon {prep['peak_rss_anon_mib']:,.0f} MiB, "
             f"VmHWM {prep['peak_rss_vmhwm_mib']:,.0f} MiB; {train['documents']:,} documents, "
             f"{train['sentences']:,} sentences, {train['tokens']:,} tokens "
-            f"({words / prep['seconds'] / 1e6:.2f}M words/s)",
+            f"({rate})",
             flush=True,
         )
         epoch = run_stage("epoch", args)

@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 
 from nanobert.config import build_configs, parse_overrides
+from nanobert.corpus import load_documents
 from nanobert.device import resolve_device
-from nanobert.errors import ArgumentParser, check_input_file, check_output_file, run_script
+from nanobert.errors import ArgumentParser, NanobertError, check_input_file, check_output_file, run_script
 from nanobert.evaluate import evaluate_checkpoint
 from nanobert.sources import DataSources
 from nanobert.train import pretrain
@@ -75,7 +76,15 @@ def main() -> None:
     # Everything a seed reads or writes after training is checked now, not after the first 30 minutes.
     check_input_file(args.train, "--train")
     check_input_file(args.test, "--test")
+    # Read both as text now: a binary, non-UTF-8, empty or one-document file fails here, not after training.
+    load_documents(args.train)
+    if len(load_documents(args.test)) < 2:
+        raise NanobertError(
+            f"--test {args.test} holds one document; the held-out NSP pairs need at least two"
+        )
     check_output_file(args.results)
+    for seed in args.seeds if args.keep else ():  # no file where a seed's run directory goes
+        check_output_file(Path(args.keep) / f"{args.name or args.preset}-seed{seed}" / "summary.json")
     build_configs(args.preset, model_over, train_over)
     device = resolve_device(args.device)
     rows = []

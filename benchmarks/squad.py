@@ -30,8 +30,16 @@ import torch
 
 from nanobert.checkpoint import read_config
 from nanobert.config import QAConfig
-from nanobert.errors import ArgumentParser, positive_int, run_script
+from nanobert.errors import (
+    ArgumentParser,
+    NanobertError,
+    check_input_file,
+    check_output_file,
+    positive_int,
+    run_script,
+)
 from nanobert.qa import finetune_qa
+from nanobert.run_log import prepare_out_dir
 
 INITS = ("pretrained", "scratch")
 SETTINGS = (
@@ -156,6 +164,19 @@ def table(results: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     read_config(args.checkpoint)  # a missing or non-checkpoint CKPT: one line before any work
+    # What a later run needs, checked before the first one starts (not when its turn comes, hours later).
+    QAConfig(**{k: getattr(args, k) for k in SETTINGS if k != "threads"})
+    for option, path in (("--train", args.train), ("--dev", args.dev), ("--xquad", args.xquad)):
+        if path is not None:
+            check_input_file(path, option)
+    if len(set(args.inits)) < len(args.inits):
+        raise NanobertError(f"--inits {' '.join(args.inits)} names a run twice; give each init once")
+    check_output_file(args.out / "results.json")  # --out is not, and does not lie under, a file
+    for init in args.inits:
+        check_output_file(args.out / init / "summary.json")
+        prepare_out_dir(
+            args.out / init, args.overwrite, resumable=False, create=False, inputs=(args.checkpoint,)
+        )
     if args.threads:
         torch.set_num_threads(args.threads)
     results = [run(args, init) for init in args.inits]

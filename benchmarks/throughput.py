@@ -38,10 +38,35 @@ import torch
 
 from nanobert.config import MODEL_PRESETS, ModelConfig
 from nanobert.device import resolve_device
-from nanobert.errors import ArgumentParser, positive_int, run_script
+from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script
 from nanobert.hf_export import to_hf_config, to_hf_state_dict
 from nanobert.model import BertForPreTraining
 from nanobert.pretraining_data import masked_positions, query_layout
+from nanobert.tokenizer import NUM_SPECIAL_TOKENS
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type of --warmup: a whole number of at least 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 0")
+    return value
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """What the argument types cannot say, checked before the models are built and timed."""
+    if args.vocab_size <= NUM_SPECIAL_TOKENS:  # the random batches draw their words from the ids above these
+        raise NanobertError(
+            f"--vocab-size {args.vocab_size} leaves no room for words after the {NUM_SPECIAL_TOKENS} special "
+            f"tokens; use more than {NUM_SPECIAL_TOKENS} (BERT's is 30522)"
+        )
+    if not 0 < args.mask_prob <= 1:  # NaN fails this too
+        raise NanobertError(f"--mask-prob must be in (0, 1], got {args.mask_prob:g} (BERT's is 0.15)")
+    if not args.peak_tflops > 0:  # utilisation divides by it
+        raise NanobertError(f"--peak-tflops must be positive, got {args.peak_tflops:g}")
 
 
 def make_batches(n: int, batch_size: int, seq_len: int, vocab_size: int, mask_prob: float, seed: int):
@@ -121,9 +146,11 @@ def main() -> None:
     )
     p.add_argument("--compile", action="store_true", help="torch.compile both models")
     p.add_argument("--hf-attn", choices=["sdpa", "eager"], default="sdpa", help="transformers' attention")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps per side (absorbs compilation)")
-    p.add_argument("--steps", type=int, default=10, help="timed steps per side per round")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument(
+        "--warmup", type=non_negative_int, default=3, help="untimed steps per side (absorbs compilation)"
+    )
+    p.add_argument("--steps", type=positive_int, default=10, help="timed steps per side per round")
+    p.add_argument("--rounds", type=positive_int, default=3)
     p.add_argument("--peak-tflops", type=float, default=989.0, help="GPU dense peak for MFU (H100 bf16: 989)")
     p.add_argument(
         "--precision", choices=["fp32", "bf16"], help="both sides (default: bf16 on CUDA, fp32 on CPU)"
@@ -144,6 +171,14 @@ def main() -> None:
         help="ablation: nanobert's MLM loss from the full (N, V) logits instead of in chunks",
     )
     args = p.parse_args()
+    check_args(args)
+    config = ModelConfig(  # before any work too: it checks --dropout
+        vocab_size=args.vocab_size,
+        max_position_embeddings=max(512, args.seq_len),
+        hidden_dropout_prob=args.dropout,
+        attention_probs_dropout_prob=args.dropout,
+        **MODEL_PRESETS[args.shape],
+    )
     if args.threads:
         torch.set_num_threads(args.threads)
     from transformers import BertConfig
@@ -154,13 +189,6 @@ def main() -> None:
     amp_dtype = torch.bfloat16 if precision == "bf16" else None
     peak = args.peak_tflops * 1e12 if device.type == "cuda" else matmul_peak(amp_dtype)
     torch.manual_seed(0)
-    config = ModelConfig(
-        vocab_size=args.vocab_size,
-        max_position_embeddings=max(512, args.seq_len),
-        hidden_dropout_prob=args.dropout,
-        attention_probs_dropout_prob=args.dropout,
-        **MODEL_PRESETS[args.shape],
-    )
     ours = BertForPreTraining(config)
     hf_config = BertConfig(**to_hf_config(config))
     hf_config._attn_implementation = args.hf_attn  # constructor-time choice of transformers' attention
