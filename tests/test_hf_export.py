@@ -9,6 +9,7 @@ import torch
 from helpers import train_tiny_checkpoint
 from safetensors.torch import load_file, save_file
 
+import nanobert
 from nanobert.checkpoint import load_pretraining_checkpoint, read_config, save_checkpoint
 from nanobert.cli import main
 from nanobert.config import ModelConfig
@@ -219,6 +220,18 @@ def test_a_causal_checkpoint_exports_as_bert_lm_head_model(causal_checkpoint, tm
         a = ours(ids, None, mask).logits
         b = hf(input_ids=ids, attention_mask=mask).logits
     assert (a - b)[mask.bool()].abs().max() < 1e-4
+    # a prompt encodes as the causal model read its corpus ([CLS] text, no [SEP]: that ends a document),
+    # and generation stops at [SEP]: transformers continues the text as `nanobert generate` does
+    assert config["bos_token_id"] == 2 and config["eos_token_id"] == 3
+    ours_model = nanobert.load(causal_checkpoint)
+    prompt = transformers.AutoTokenizer.from_pretrained(out)("alpha bravo", return_tensors="pt")
+    assert prompt["input_ids"][0].tolist() == ours_model.encode("alpha bravo")["input_ids"]
+    greedy = ours_model.generate("alpha bravo", max_new_tokens=5, temperature=0)
+    never = [[0], [1], [2], [4]]  # [PAD] [UNK] [CLS] [MASK]: `generate` never emits them
+    with torch.no_grad():
+        generated = hf.generate(**prompt, max_new_tokens=5, do_sample=False, bad_words_ids=never)[0].tolist()
+    expected = [ours_model.tokenizer.token_to_id(t) for t in greedy.tokens]
+    assert generated[prompt["input_ids"].shape[1] :][: len(expected)] == expected
     # and back: import-hf makes it a causal checkpoint again, weight for weight
     assert main(["import-hf", str(out), str(tmp_path / "back"), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)

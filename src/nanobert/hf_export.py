@@ -285,6 +285,7 @@ def export_hf(checkpoint: str | Path, out: str | Path, overwrite: bool = False) 
     are refused (transformers' BERT is post-LN only).
     """
     checkpoint, out = Path(checkpoint), Path(out)
+    tokenizer_class = "BertTokenizerFast"
     if checkpoint_kind(read_config(checkpoint)) == QUESTION_ANSWERING:
         model, tokenizer, _ = load_qa(checkpoint)
         hf_config = {**to_hf_config(model.config), "architectures": ["BertForQuestionAnswering"]}
@@ -293,6 +294,15 @@ def export_hf(checkpoint: str | Path, out: str | Path, overwrite: bool = False) 
         model, _ = load_language_model(checkpoint)
         tokenizer = load_tokenizer(checkpoint)
         hf_config = to_hf_config(model.config)
+        if model.config.is_decoder:
+            # The causal model read `[CLS] text`, and [SEP] ends a document: a prompt must not end with it,
+            # and generation stops there, as `nanobert generate` does. BertTokenizerFast would rebuild the
+            # `[CLS] A [SEP]` template, so the tokenizer is saved for AutoTokenizer's generic class.
+            hf_config.update(bos_token_id=CLS_ID, eos_token_id=SEP_ID)
+            tokenizer_class = "PreTrainedTokenizerFast"
+            tokenizer.post_processor = processors.TemplateProcessing(
+                single="[CLS] $A", pair="[CLS] $A $B", special_tokens=[("[CLS]", CLS_ID)]
+            )
         state = to_hf_state_dict(model.state_dict(), model.config)
         for key in _TIED_DUPLICATES:
             del state[key]
@@ -304,7 +314,7 @@ def export_hf(checkpoint: str | Path, out: str | Path, overwrite: bool = False) 
     def write(tmp: Path) -> None:
         (tmp / HF_CONFIG_NAME).write_text(json.dumps(hf_config, indent=2) + "\n")
         save_file(state, str(tmp / HF_WEIGHTS_NAME), metadata={"format": "pt"})
-        save_tokenizer(tokenizer, tmp)
+        save_tokenizer(tokenizer, tmp, tokenizer_class)
 
     return write_atomically(out, write)
 

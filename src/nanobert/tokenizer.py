@@ -195,13 +195,16 @@ def _vocab_in_id_order(tokenizer: Tokenizer) -> list[str]:
     return tokens
 
 
-def save_tokenizer(tokenizer: Tokenizer, directory: str | Path) -> None:
+def save_tokenizer(
+    tokenizer: Tokenizer, directory: str | Path, tokenizer_class: str = "BertTokenizerFast"
+) -> None:
     """Write the tokenizer into `directory` (created if needed) in a layout transformers also reads.
 
     Files: `tokenizer.json` (the full pipeline, what `load_tokenizer` reads), `vocab.txt` (one token per
     line in id order, the original BERT format), and `tokenizer_config.json` plus
     `special_tokens_map.json`, so that `transformers.BertTokenizerFast.from_pretrained(directory)` gives
-    the same ids as `tokenizer`.
+    the same ids as `tokenizer`. `tokenizer_class="PreTrainedTokenizerFast"` makes transformers'
+    AutoTokenizer keep tokenizer.json's own template (BertTokenizerFast rebuilds `[CLS] A [SEP]`).
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -216,7 +219,7 @@ def save_tokenizer(tokenizer: Tokenizer, directory: str | Path) -> None:
         "mask_token": "[MASK]",
     }
     config = {
-        "tokenizer_class": "BertTokenizerFast",
+        "tokenizer_class": tokenizer_class,
         "do_lower_case": True,
         # None = follow do_lower_case, as our BertNormalizer does; tokenize_chinese_chars mirrors it too.
         "strip_accents": None,
