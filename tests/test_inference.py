@@ -247,11 +247,13 @@ def test_generate_is_seeded_greedy_at_zero_and_keeps_to_top_k(causal):
     assert a.stop_reason in ("max_new_tokens", "end of document")
     greedy = model.generate("alpha bravo", max_new_tokens=5, temperature=0)
     ids = model.encode("alpha bravo")["input_ids"]
-    for token in greedy.tokens:  # each step took the most probable ordinary piece
+    for token, p in zip(greedy.tokens, greedy.probabilities, strict=True):  # the most probable ordinary piece
         with torch.no_grad():
             logits = model.model(torch.tensor([ids])).logits[0, -1]
+        full = logits.softmax(-1)  # its probability is the model's, before [UNK] and the like are ruled out
         logits[[0, 1, 2, 4]] = float("-inf")
         assert model.tokenizer.id_to_token(int(logits.argmax())) == token
+        assert p == pytest.approx(full[int(logits.argmax())].item(), rel=1e-5)
         ids.append(model.tokenizer.token_to_id(token))
     one = model.generate("alpha", max_new_tokens=6, top_k=1, seed=9)  # top-k 1 is greedy too
     assert one.tokens == model.generate("alpha", max_new_tokens=6, temperature=0).tokens

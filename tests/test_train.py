@@ -335,6 +335,7 @@ def test_resume_refuses_to_rewrite_a_later_run_or_to_train_nothing(tmp_path, cap
         (["--resume", str(run / "last"), "--max-steps", "4"], "nothing is left to train"),
         (["--resume", str(run / "last"), "--out", str(tmp_path / "never")], "nothing is left to train"),
         (["--resume", str(run / "last"), "--preset", "toy"], "--preset applies to a new run"),
+        (["--resume", str(run / "early"), "--out", str(tmp_path / "never"), "--stop-after", "6"], "not past"),
     ]
     for argv, needle in refused:
         assert main(["pretrain", *argv, "--quiet"]) == 2

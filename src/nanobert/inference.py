@@ -326,12 +326,13 @@ class InferenceModel:
                 stop = "max length"
                 break
             logits = self.model(torch.tensor([ids], device=self.device)).logits[0, -1].float().cpu()
+            model_probs = logits.softmax(-1)  # the model's own, over the whole vocabulary, as explain shows
             logits[[PAD_ID, UNK_ID, CLS_ID, MASK_ID]] = float("-inf")  # never emitted; [SEP] ends the text
             token_id = _pick(logits, temperature, top_k, generator)
             if token_id == SEP_ID:
                 stop = "end of document"
                 break
-            probabilities.append(logits.softmax(-1)[token_id].item())
+            probabilities.append(model_probs[token_id].item())
             ids.append(token_id)
             new.append(token_id)
         # The new pieces decoded after the prompt's, so a first piece that continues the prompt's last word

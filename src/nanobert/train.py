@@ -121,6 +121,11 @@ def pretrain(
     Under torchrun (WORLD_SIZE > 1 in the environment) this runs data-parallel; see the module docstring.
     Returns the summary dict (also written to summary.json, by rank 0).
     """
+    if resume is not None and stop_after is not None and stop_after <= read_config(resume).get("step", 0):
+        raise NanobertError(  # it would train nothing and record the same evaluation again
+            f"--stop-after {stop_after} is not past {resume}'s step {read_config(resume).get('step', 0)}; it "
+            "counts the run's steps from its start, so give a later step"
+        )
     wall_start = time.perf_counter()
     ctx, device = from_environment(resolve_device(train_config.device))
     try:
