@@ -23,10 +23,10 @@ def model(checkpoint):
     return load(checkpoint)
 
 
-def pre_ln_model(model: InferenceModel) -> InferenceModel:
+def pre_ln_model(model: InferenceModel, **change) -> InferenceModel:
     """A random pre-LN model with the same tokenizer: the other branch of every layer."""
     torch.manual_seed(0)
-    cfg = ModelConfig(**{**model.model.config.__dict__, "pre_layer_norm": True})
+    cfg = ModelConfig(**{**model.model.config.__dict__, "pre_layer_norm": True, **change})
     m = BertForPreTraining(cfg).eval()
     with torch.no_grad():
         for p in m.parameters():
@@ -63,6 +63,12 @@ def test_trace_is_the_models_forward_pass(model, variant):
         assert p == pytest.approx(probs[model.tokenizer.token_to_id(token)].item(), abs=1e-3)
     assert trace.masked[0].top[0][1] == pytest.approx(probs[5:].max().item(), abs=1e-3)
     assert (trace.final_layer_norm is not None) == (variant == "pre-LN")
+
+
+def test_a_gated_feed_forward_is_named_as_such(model):
+    text = format_trace(explain(pre_ln_model(model, hidden_act="geglu"), A, B))
+    assert "GEGLU feed-forward" in text.splitlines()[0] and "GEGLU: GELU(x W) * (x V)" in text
+    assert "GELU feed-forward" in format_trace(explain(model, A, B)).splitlines()[0]
 
 
 def test_embeddings_add_up(model):

@@ -147,6 +147,7 @@ def explain(
             "vocab_size": cfg.vocab_size,
             "layer_norm": "pre-LN" if cfg.pre_layer_norm else "post-LN",
             "attention": "causal" if cfg.is_decoder else "bidirectional",
+            "feed_forward": "GEGLU" if cfg.hidden_act == "geglu" else "GELU",
         },
         tokens=model.tokens(enc["input_ids"]),
         input_ids=enc["input_ids"],
@@ -328,7 +329,8 @@ def format_trace(trace: Trace) -> str:
     out = [
         f"model: {m['layers']} layers, hidden size {m['hidden_size']}, {m['heads']} heads of size "
         f"{m['head_size']}, feed-forward {m['intermediate_size']}, vocabulary {m['vocab_size']}, "
-        f"{m['layer_norm']}, {m.get('attention', 'bidirectional')} attention",
+        f"{m['layer_norm']}, {m.get('attention', 'bidirectional')} attention, "
+        f"{m.get('feed_forward', 'GELU')} feed-forward",
         "",
         f"1. Tokens: {len(tokens)} word pieces, " + ("[CLS] and the text" if trace.next_tokens else layout),
         "   pos  token            id  segment",
@@ -342,14 +344,16 @@ def format_trace(trace: Trace) -> str:
         "",
         f"3. Encoder layers 0..{m['layers'] - 1}: attention, then feed-forward, each added to the stream",
     ]
+    # GEGLU: GELU(x W) times (x V), as model.FeedForward computes; older traces say nothing, so GELU
+    activation = {"GEGLU": "GEGLU: GELU(x W) * (x V)"}.get(m.get("feed_forward", "GELU"), "GELU")
     for layer in trace.layers:
-        out += _layer_lines(layer, tokens, causal=bool(trace.next_tokens))
+        out += _layer_lines(layer, tokens, causal=bool(trace.next_tokens), activation=activation)
     if trace.final_layer_norm is not None:
         out += _tensor_lines(trace.final_layer_norm, tokens)
     return "\n".join(out + (_next_token_lines(trace) if trace.next_tokens else _bert_head_lines(trace)))
 
 
-def _layer_lines(layer: LayerTrace, tokens: list[str], causal: bool) -> list[str]:
+def _layer_lines(layer: LayerTrace, tokens: list[str], causal: bool, activation: str) -> list[str]:
     hd = layer.q_k_v_shape[-1]
     out = [
         f"   layer {layer.index}",
@@ -358,7 +362,7 @@ def _layer_lines(layer: LayerTrace, tokens: list[str], causal: bool) -> list[str
         f"     attention weights      {_shape(layer.attention_shape)}  softmax(q k^T / sqrt({hd})), "
         "rows sum to 1",
         f"     attention output       {_shape(layer.attention_output.shape)}",
-        f"     feed-forward hidden    {_shape(layer.feed_forward_hidden_shape)}  GELU",
+        f"     feed-forward hidden    {_shape(layer.feed_forward_hidden_shape)}  {activation}",
         f"     feed-forward output    {_shape(layer.feed_forward_output.shape)}",
         f"     output                 {_shape(layer.output.shape)}",
     ]
