@@ -351,7 +351,9 @@ def test_resume_refuses_to_rewrite_a_later_run_or_to_train_nothing(tmp_path, cap
 
 def test_an_output_that_is_a_file_or_an_endless_length_is_one_line(tmp_path, capsys):
     corpus = write_corpus(tmp_path / "corpus.txt")
+    (tmp_path / "one.txt").write_text("one document only . no blank line between its sentences .\n")
     for argv, needle in [
+        (["--out", str(tmp_path / "o"), "--valid", str(tmp_path / "one.txt")], "the held-out split has 1"),
         (["--out", str(corpus), "--max-steps", "2"], "is a file; give a directory"),
         (["--out", str(tmp_path / "e"), "--epochs", "inf"], "epochs must be positive and finite"),
     ]:

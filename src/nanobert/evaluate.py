@@ -44,6 +44,11 @@ EVAL_MASK_PROB = 0.15  # the standard rate for held-out figures, independent of 
 
 def eval_instances(tokenized: list[list[list[int]]], max_seq_len: int, eval_seed: int = 0) -> list[Instance]:
     """The held-out NSP instances, in the order `prepare_eval_batches` batches them (a pure function)."""
+    if len(tokenized) < 2:  # say it is the held-out split, not the training corpus, that is short
+        raise NanobertError(
+            f"the held-out split has {len(tokenized)} document(s), and next-sentence pairs need two; give "
+            "--valid a file of several documents (separated by blank lines or ' = Title = ' headings)"
+        )
     instances = create_instances(tokenized, max_seq_len, seed=eval_seed, epoch=0)
     if not instances:
         raise NanobertError("the held-out split yields no NSP instances; give it more text")
