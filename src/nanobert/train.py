@@ -122,10 +122,8 @@ def pretrain(
     Returns the summary dict (also written to summary.json, by rank 0).
     """
     if resume is not None and stop_after is not None and stop_after <= read_config(resume).get("step", 0):
-        raise NanobertError(  # it would train nothing and record the same evaluation again
-            f"--stop-after {stop_after} is not past {resume}'s step {read_config(resume).get('step', 0)}; it "
-            "counts the run's steps from its start, so give a later step"
-        )
+        step = read_config(resume).get("step", 0)  # it would train nothing and re-record the evaluation
+        raise NanobertError(f"--stop-after {stop_after} is not past {resume}'s step {step}; give a later one")
     wall_start = time.perf_counter()
     ctx, device = from_environment(resolve_device(train_config.device))
     try:
@@ -191,8 +189,7 @@ def _setup(
 
 
 def _refuse_going_back(resume: Path, last: Path) -> None:
-    """Continuing an earlier checkpoint of a run (best/) in the run's own folder replaces its later last/ and
-    the records after that step: only with --overwrite; --out NEW branches off and keeps the run whole."""
+    """Continuing an earlier checkpoint (best/) in its run's folder would replace the later last/: refused."""
     if resume.resolve() == last.resolve() or not (last / CONFIG_NAME).is_file():
         return
     step, later = read_config(resume).get("step", 0), read_config(last).get("step", 0)
@@ -204,8 +201,7 @@ def _refuse_going_back(resume: Path, last: Path) -> None:
 
 
 def _refuse_a_finished_run(resume: Path, state: dict, plan: Plan) -> None:
-    """A run at its full length has nothing left to train (resuming it again only repeated its last
-    evaluation); a length below where it stands is a mistake, not a way to shorten it."""
+    """A run at (or past) its full length has nothing left to train: resuming it only re-evaluated it."""
     run = RunState.from_dict(state["run"])
     if plan.progress(run.step - 1, run.train_time) >= 1.0:
         length = f"{plan.total_steps} steps" if plan.total_steps else f"a {plan.time_budget:.0f} s budget"
