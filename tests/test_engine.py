@@ -201,6 +201,11 @@ def test_a_time_budget_ends_the_run_and_drives_the_schedule(tmp_path):
     lrs = [r["lr"] for r in records if r["split"] == "train"]
     assert lrs == sorted(lrs, reverse=True) and math.isclose(lrs[0], 0.1, rel_tol=0.2)
     assert json.dumps(outcome.final)  # evaluated once at the end
+    # log lines every 7 steps: the steps after the last one are logged when the budget ends the run
+    (tmp_path / "sparse").mkdir()
+    job, _ = make_job(tmp_path / "sparse")
+    _, run, records = run_fit(tmp_path / "sparse", job, time_budget=0.3, eval_interval=10**9, log_interval=7)
+    assert [r["step"] for r in records if r["split"] == "train"][-1] == run.step
 
 
 def test_a_resumed_run_keeps_its_best_by_the_metric_it_now_selects_with():

@@ -325,11 +325,13 @@ class _Loop:
         self.log.record(
             {"split": "train", "step": self.run.step, **means, "lr": lr, "tokens_per_s": tokens_per_s}
         )
-        if self.plan.total_steps:  # seconds per step so far in this session, times the steps left
+        plan, eta = self.plan, math.inf
+        ends = [n for n in (plan.total_steps, plan.stop_after) if n is not None]  # the first of them ends it
+        if ends:  # seconds per step so far in this session, times the steps left
             steps_done = max(self.run.step - self.start_step, 1)
-            eta = (now - self.start) / steps_done * (self.plan.total_steps - self.run.step)
-        else:
-            eta = max(self.plan.time_budget - (self.time_before + now - self.start), 0.0)
+            eta = (now - self.start) / steps_done * (min(ends) - self.run.step)
+        if plan.time_budget is not None:
+            eta = min(eta, max(plan.time_budget - (self.time_before + now - self.start), 0.0))
         self.log.progress(self.run.step, self.plan.total_steps, means["loss"], tokens_per_s, eta)
         self.sums, self.window_steps, self.window_tokens, self.window_start = {}, 0, 0, time.perf_counter()
 
@@ -383,7 +385,8 @@ class _Loop:
         and (resumable plans) last/ saved, first of all when a signal asked to stop."""
         run = self.run
         run.train_time = self.elapsed()
-        run.tokens_seen += self.window_tokens
+        if self.window_steps:  # a time budget or a signal ends between log lines: the last steps count too
+            self.log_window(self.job.optimizer.param_groups[0]["lr"])
         if signalled and self.plan.resumable:  # secure the work first: a preempted job may be killed soon
             self.save("last")
         if self.last_metrics is None or run.history[-1]["step"] != run.step:
