@@ -61,13 +61,13 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _stamped(directory: Path, tag: str) -> list[tuple[Path, int]]:
-    """Other processes' `.NAME.TAG-PID` siblings of `directory` (temporaries, set-aside old checkpoints),
-    each with its writer's PID, newest first."""
+    """The `.NAME.TAG-PID` siblings of `directory` (temporaries, set-aside old checkpoints), each with its
+    writer's PID, newest first. Callers leave those of live writers, this process included, alone."""
     found = []
     for path in directory.parent.glob(f".{directory.name}.{tag}-*"):
         pid = path.name.rsplit("-", 1)[-1]
         try:  # another reader may recover it between the listing and here
-            if pid.isdigit() and int(pid) != os.getpid():
+            if pid.isdigit():
                 found.append((path.stat().st_mtime_ns, path, int(pid)))
         except FileNotFoundError:
             continue
@@ -77,11 +77,7 @@ def _stamped(directory: Path, tag: str) -> list[tuple[Path, int]]:
 def being_replaced(directory: Path) -> bool:
     """Whether a live save is between its two renames at `directory` (a dead one's leftover is recovered by
     the next read instead, so it must not make a reader wait forever)."""
-    for old in directory.parent.glob(f".{directory.name}.old-*"):
-        pid = old.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and _pid_alive(int(pid)):
-            return True
-    return False
+    return any(_pid_alive(pid) for _, pid in _stamped(directory, "old"))
 
 
 def _recover(directory: Path) -> None:

@@ -70,6 +70,13 @@ def check_output_file(path: str | Path, inputs: Iterable[str | Path] = ()) -> Pa
     return path
 
 
+def check_output_folder(out: Path, holds: str) -> None:
+    """NanobertError when `out` is a file or lies under one (a folder that will hold the file `holds`)."""
+    if out.exists() and not out.is_dir():
+        raise NanobertError(f"output {out} is a file; give a directory")
+    check_output_file(out / holds)  # no file where one of its folders goes
+
+
 def check_output_dir(
     out: str | Path,
     overwrite: bool,
@@ -93,9 +100,7 @@ def check_output_dir(
             raise NanobertError(
                 f"output {out} {relation} the input {source}; choose another output directory"
             )
-    if out.exists() and not out.is_dir():
-        raise NanobertError(f"output {out} is a file; give a directory")
-    check_output_file(out / holds)  # no file where one of its folders goes
+    check_output_folder(out, holds)
     if out.is_dir() and any(out.iterdir()):
         if not overwrite:
             raise NanobertError(

@@ -345,7 +345,7 @@ def format_trace(trace: Trace) -> str:
         f"3. Encoder layers 0..{m['layers'] - 1}: attention, then feed-forward, each added to the stream",
     ]
     # GEGLU: GELU(x W) times (x V), as model.FeedForward computes; older traces say nothing, so GELU
-    activation = {"GEGLU": "GEGLU: GELU(x W) * (x V)"}.get(m.get("feed_forward", "GELU"), "GELU")
+    activation = "GEGLU: GELU(x W) * (x V)" if m.get("feed_forward") == "GEGLU" else "GELU"
     for layer in trace.layers:
         out += _layer_lines(layer, tokens, causal=bool(trace.next_tokens), activation=activation)
     if trace.final_layer_norm is not None:

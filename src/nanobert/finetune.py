@@ -314,30 +314,24 @@ def predict(
         if fmt is None:
             raise
     table = read_table(input_file, fmt, encoding, header=not headerless)
-    table.check_new_columns(_prediction_columns(config, table.format))  # before the model runs
+    names = _prediction_columns(config, table.format)
+    table.check_new_columns(names)  # before the model runs
     texts_a = read_texts(table, text_col)
     texts_b = read_texts(table, text_pair_col) if text_pair_col is not None else None
     outputs = classify(model, tokenizer, config, texts_a, texts_b, batch_size)
 
     task, labels = config["task"], config.get("labels")
     if task == "regression":
-        new_columns: dict[str, list[Any]] = {"prediction": [round(float(s), 6) for s in outputs[:, 0]]}
+        values: list[list[Any]] = [[round(float(s), 6) for s in outputs[:, 0]]]
     else:
         probs = torch.softmax(torch.from_numpy(outputs), dim=-1).numpy()
-        predicted = [labels[i] for i in probs.argmax(axis=1)]
-        if table.format == "jsonl":
-            new_columns = {
-                "prediction": predicted,
-                "probabilities": [
-                    {lab: round(float(p), 6) for lab, p in zip(labels, row, strict=True)} for row in probs
-                ],
-            }
-        else:
-            new_columns = {"prediction": predicted}
-            new_columns.update(
-                {f"prob_{lab}": [f"{p:.6f}" for p in probs[:, i]] for i, lab in enumerate(labels)}
-            )
-    write_table(table, new_columns, out)
+        values = [[labels[i] for i in probs.argmax(axis=1)]]
+        if table.format == "jsonl":  # one object of every label's probability
+            rows = [[round(float(p), 6) for p in row] for row in probs]
+            values.append([dict(zip(labels, row, strict=True)) for row in rows])
+        else:  # a column per label
+            values += [[f"{p:.6f}" for p in probs[:, i]] for i in range(len(labels))]
+    write_table(table, dict(zip(names, values, strict=True)), out)
 
     result: dict[str, Any] = {"rows": len(table), "out": str(out) if out is not None else None, "task": task}
     label_col = columns.get("label")

@@ -206,10 +206,11 @@ class InferenceModel:
             raise NanobertError(
                 f"every [MASK] fell beyond the model's {self.max_length} positions; shorten the text"
             )
-        if len(positions) < text.count("[MASK]"):  # filling only some would hide the others' loss
+        written = text.count("[MASK]")
+        if len(positions) < written:  # filling only some would hide the others' loss
             raise NanobertError(
-                f"{text.count('[MASK]') - len(positions)} of the text's {text.count('[MASK]')} [MASK]s fall "
-                f"beyond the model's {self.max_length} positions; shorten the text"
+                f"{written - len(positions)} of the text's {written} [MASK]s fall beyond the model's "
+                f"{self.max_length} positions; shorten the text"
             )
         logits = out.prediction_logits[0, positions].float()  # (M, V)
         probs = logits.softmax(dim=-1)

@@ -15,7 +15,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from nanobert.errors import NanobertError, check_output_file, within
+from nanobert.errors import NanobertError, check_output_folder, within
 
 METRICS_NAME = "metrics.jsonl"
 SUMMARY_NAME = "summary.json"
@@ -34,9 +34,7 @@ def prepare_out_dir(
     other ranks of a data-parallel run only check). `resumable` adds "--resume" to the advice. `inputs`
     (paths the job reads, such as the checkpoint it fine-tunes) may not lie in what a new run replaces.
     """
-    if out_dir.exists() and not out_dir.is_dir():
-        raise NanobertError(f"output {out_dir} is a file; give a directory for the run")
-    check_output_file(out_dir / METRICS_NAME)  # no file where one of its folders goes
+    check_output_folder(out_dir, METRICS_NAME)
     for source in filter(None, inputs):
         if within(out_dir, source):  # a run written inside the checkpoint it starts from
             raise NanobertError(f"output {out_dir} lies inside the input {source}; choose another --out")

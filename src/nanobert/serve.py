@@ -59,7 +59,8 @@ PANELS = {
     SEQUENCE_CLASSIFICATION: ["classify"],
     QUESTION_ANSWERING: ["answer"],
 }
-ROUTES = {route for panels in PANELS.values() for route in panels}
+ROUTES = {route for panels in PANELS.values() for route in panels}  # POST /api/ROUTE
+GET_ROUTES = ("info", "run")  # GET /api/ROUTE: what the page shows besides the model's answers
 # Routes whose question has a sentence B; attention and explain take one if given, the others none.
 NEEDS_PAIR = {"nsp", "similarity"}
 TAKES_PAIR = NEEDS_PAIR | {"attention", "explain"}
@@ -324,9 +325,9 @@ def create_app(served: Served):
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
         """Unknown paths and methods, in the API's own {"error": ...} form."""
         path = request.url.path
-        known = path in {f"/api/{r}" for r in (*ROUTES, "info", "run")}
-        if error.status_code == 405 and known:
-            use = "GET" if path in ("/api/info", "/api/run") else "POST"
+        route = path.removeprefix("/api/") if path.startswith("/api/") else None
+        if error.status_code == 405 and (route in ROUTES or route in GET_ROUTES):
+            use = "GET" if route in GET_ROUTES else "POST"
             return JSONResponse({"error": f"{path} takes {use}, not {request.method}"}, status_code=405)
         if error.status_code in (404, 405):  # /api/{route} catches every name for POST only
             return JSONResponse({"error": f"no such path: {path}"}, status_code=404)
@@ -357,7 +358,7 @@ def create_app(served: Served):
 
     @app.post("/api/{route}")
     async def ask(route: str, request: Request) -> Any:
-        if route in ("info", "run"):  # their GET routes come first; this one catches every other method
+        if route in GET_ROUTES:  # their GET routes come first; this one catches every other method
             return JSONResponse({"error": f"/api/{route} takes GET, not POST"}, status_code=405)
         raw, size = b"", 0
         async for chunk in request.stream():

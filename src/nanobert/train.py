@@ -121,8 +121,8 @@ def pretrain(
     Under torchrun (WORLD_SIZE > 1 in the environment) this runs data-parallel; see the module docstring.
     Returns the summary dict (also written to summary.json, by rank 0).
     """
-    if resume is not None and stop_after is not None and stop_after <= read_config(resume).get("step", 0):
-        step = read_config(resume).get("step", 0)  # it would train nothing and re-record the evaluation
+    step = read_config(resume).get("step", 0) if resume is not None and stop_after is not None else None
+    if step is not None and stop_after <= step:  # it would train nothing and re-record the evaluation
         raise NanobertError(f"--stop-after {stop_after} is not past {resume}'s step {step}; give a later one")
     wall_start = time.perf_counter()
     ctx, device = from_environment(resolve_device(train_config.device))
