@@ -19,6 +19,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from nanobert.errors import NanobertError
@@ -277,37 +278,39 @@ def _offline_mode() -> Iterator[None]:
                 m.HF_HUB_OFFLINE = value
 
 
-def load_hf_wikitext(name: str, split: str) -> list[Document]:
-    """Download (or take from the local cache) a WikiText split with `datasets` and return its documents.
-
-    `name` is one of `WIKITEXT_HF_NAMES`; `split` is train, valid (or validation) or test. When the hub does
-    not answer within `HUB_PROBE_SECONDS`, only the local cache is tried, so an offline first run fails in
-    seconds, not after the network retries. Raises NanobertError when `datasets` is not installed or the
-    split cannot be had; the message names the offline ways forward.
-    """
-    if split not in _SPLITS:
-        raise NanobertError(f"unknown split {split!r}; use train, valid or test")
+def load_hf_dataset(path: str, name: str, split: str, advice: str) -> Any:
+    """`datasets.load_dataset(path, name, split=split)`, from the hub or, when the hub does not answer within
+    `HUB_PROBE_SECONDS`, from the local cache only, so an offline first run fails in seconds, not after the
+    network retries. NanobertError when `datasets` is missing or the split cannot be had; `advice` names the
+    offline ways forward."""
     online = hub_reachable()
     try:
         with _offline_mode() if not online else nullcontext():
             import datasets
 
-            dataset = datasets.load_dataset("wikitext", name, split=_HF_SPLITS[_SPLITS[split]])
+            return datasets.load_dataset(path, name, split=split)
     except ImportError as exc:
         raise NanobertError(
-            "loading WikiText from the hub needs the `datasets` package (`pip install nanobert[hf]`); "
-            "or pass local files with --train/--valid, or try the built-in corpus with --data toy"
+            f"loading {path} from the hub needs the `datasets` package (`pip install nanobert[hf]`); {advice}"
         ) from exc
     except Exception as exc:  # network, hub and cache errors come in many types; all mean "no data"
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        what = f"could not load {name} split {_HF_SPLITS[_SPLITS[split]]}"
         why = f"from the Hugging Face hub ({reason})"
         if not online:
             why = "offline: the Hugging Face hub is unreachable and the local cache does not hold it"
-        raise NanobertError(
-            f"{what} {why}; pass local files with --train/--valid, or try the built-in corpus with --data toy"
-        ) from exc
-    return documents_from_hf(dataset)
+        raise NanobertError(f"could not load {name} split {split} {why}; {advice}") from exc
+
+
+def load_hf_wikitext(name: str, split: str) -> list[Document]:
+    """Download (or take from the local cache) a WikiText split with `datasets` and return its documents.
+
+    `name` is one of `WIKITEXT_HF_NAMES`; `split` is train, valid (or validation) or test. Raises
+    NanobertError when `datasets` is not installed or the split cannot be had (`load_hf_dataset`).
+    """
+    if split not in _SPLITS:
+        raise NanobertError(f"unknown split {split!r}; use train, valid or test")
+    advice = "pass local files with --train/--valid, or try the built-in corpus with --data toy"
+    return documents_from_hf(load_hf_dataset("wikitext", name, _HF_SPLITS[_SPLITS[split]], advice))
 
 
 def find_wikitext_file(directory: str | Path, split: str) -> Path:
