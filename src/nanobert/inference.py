@@ -3,13 +3,13 @@ attention maps.
 
 `load(checkpoint)` returns an `InferenceModel` for either pretraining objective, whose methods mirror the CLI:
 `fill_mask` and `next_sentence` (BERT's two heads), `generate` (the causal model's next-word head),
-`embed`, `similarity`, `attention` and `explain` (both). Asking a model for what its objective did not train
-(fill-mask of a causal model, generate from BERT) is a one-line error naming the command that fits. Each
-method tokenizes with the checkpoint's own tokenizer and runs the model in eval mode without gradients; the
-model itself is untouched. Texts longer than
-the model's position table are truncated (the longer side of a pair first, as in pretraining). Results are
-small dataclasses of plain Python values or NumPy arrays; nothing here prints. `plots.plot_attention` draws
-the maps with matplotlib.
+`embed`, `similarity`, `attention`, `explain`, `score` and `compare` (both). Asking a model for what its
+objective did not train (fill-mask of a causal model, generate from BERT) is a one-line error naming the
+command that fits. Each method tokenizes with the checkpoint's own tokenizer and runs the model in eval mode
+without gradients; the model itself is untouched. Texts longer than the model's position table are truncated
+(the longer side of a pair first, as in pretraining; `score` refuses them instead). Results are small
+dataclasses of plain Python values or NumPy arrays; nothing here prints. `plots.plot_attention` draws the maps
+with matplotlib.
 
 The two heads are read the way they were trained (Devlin et al. 2019, section 3.1): the masked-LM head gives
 a distribution over the vocabulary at every position, and the next-sentence head's class 0 is "B follows A".
@@ -33,6 +33,7 @@ from nanobert.device import resolve_device
 from nanobert.errors import NanobertError, check_output_file
 from nanobert.explain import Trace, explain
 from nanobert.model import BertForPreTraining, BertLMHeadModel
+from nanobert.scoring import Comparison, SentenceScore, score_sentences
 from nanobert.tokenizer import (
     CLS_ID,
     MASK_ID,
@@ -267,6 +268,19 @@ class InferenceModel:
             mean = (h.last_hidden_state * mask).sum(1) / mask.sum(1)  # (B, H)
             out[idx] = mean.float().cpu().numpy()
         return out[0] if single else out
+
+    def score(self, text: str, rule: str | None = None) -> SentenceScore:
+        """How likely the model finds `text`: each word piece's log-probability and their sum. A masked
+        model gives its pseudo-log-likelihood (`rule` "within_word", the default, or "original"), a causal
+        one its log-likelihood; see `nanobert.scoring`."""
+        require_words(text)
+        return score_sentences(self.model, self.tokenizer, [text], rule)[0]
+
+    def compare(self, text_a: str, text_b: str, rule: str | None = None) -> Comparison:
+        """Which of two texts the model finds more likely (`Comparison.preferred`: "A", "B" or "tie"), and
+        by how much."""
+        require_words(text_a, text_b)
+        return Comparison(*score_sentences(self.model, self.tokenizer, [text_a, text_b], rule))
 
     def explain(self, text_a: str, text_b: str | None = None, **kwargs: Any) -> Trace:
         """A step-by-step trace of one forward pass; see `nanobert.explain.explain` (same keywords)."""
