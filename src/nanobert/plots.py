@@ -1,4 +1,4 @@
-"""Pictures: training curves from metrics.jsonl, and attention heatmaps. matplotlib, files only.
+"""Pictures: training curves from metrics.jsonl, attention heatmaps, BLiMP bars. matplotlib, files only.
 
 `plot_curves` draws losses (train and held-out) and held-out accuracies as one PNG; `plot_attention` draws
 attention probabilities with the word pieces on both axes, one heatmap per layer and head.
@@ -114,6 +114,43 @@ def plot_attention(
     return out_path
 
 
+def plot_blimp(
+    groups: dict[str, float],
+    overall: float,
+    out_path: str | Path,
+    published: dict[str, float] | None = None,
+    filtered: dict[str, float] | None = None,
+    title: str = "BLiMP accuracy by phenomenon",
+) -> Path:
+    """A horizontal bar per group (BLiMP phenomena, accuracies in 0..1), the overall accuracy as the first
+    bar, chance (50%) and each `published` model's overall figure (in %) as vertical lines; with `filtered`,
+    a second, thinner bar per group for the pairs BabyLM's vocabulary filter keeps."""
+    from matplotlib.figure import Figure
+
+    out_path = image_path(out_path)
+    names = ["overall", *groups]
+    values = [overall, *groups.values()]
+    fig = Figure(figsize=(8, 0.32 * len(names) + 1.4), dpi=100, layout="constrained")
+    ax = fig.subplots()
+    rows = range(len(names))[::-1]  # the first name at the top
+    height = 0.4 if filtered else 0.7
+    ax.barh([r + height / 2 if filtered else r for r in rows], [100 * v for v in values], height, label="all")
+    if filtered:
+        kept = [filtered.get("overall", float("nan")), *(filtered.get(k, float("nan")) for k in groups)]
+        ax.barh([r - height / 2 for r in rows], [100 * v for v in kept], height, label="known words only")
+    ax.axvline(50, color="black", linestyle=":", linewidth=1, label="chance")
+    for (name, value), style in zip((published or {}).items(), ("--", "-.", (0, (5, 1)), "-"), strict=False):
+        ax.axvline(value, color="grey", linestyle=style, linewidth=1, label=f"{name} {value:.1f}")
+    ax.set_yticks(list(rows))
+    ax.set_yticklabels(names, fontsize=8)
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("accuracy (%)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.savefig(out_path)
+    return out_path
+
+
 def image_path(out_path: str | Path) -> Path:
     """Where a picture goes: `out_path` (its folder made), with `.png` added when it has no suffix. An
     existing directory or a suffix matplotlib cannot write is a NanobertError, before any work."""
@@ -130,4 +167,11 @@ def image_path(out_path: str | Path) -> Path:
     return out_path
 
 
-__all__ = ["ATTENTION_DPI", "attention_figure_inches", "image_path", "plot_attention", "plot_curves"]
+__all__ = [
+    "ATTENTION_DPI",
+    "attention_figure_inches",
+    "image_path",
+    "plot_attention",
+    "plot_blimp",
+    "plot_curves",
+]
