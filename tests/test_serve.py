@@ -104,7 +104,7 @@ def cli_json(capsys, *argv):
 def test_the_api_gives_the_cli_numbers(server, run, capsys):
     status, info = call(server, "info")
     assert status == 200 and info["kind"] == "pretraining" and info["checkpoint"] == str(run / "best")
-    assert info["panels"] == ["fill-mask", "nsp", "similarity", "attention", "explain", "run"]
+    assert info["panels"] == ["fill-mask", "nsp", "score", "similarity", "attention", "explain", "run"]
     text = "alpha bravo [MASK] delta ."
     assert call(server, "fill-mask", {"text": text, "top_k": 3})[1] == cli_json(
         capsys, "fill-mask", run / "best", text, "--top-k", "3", "--json"
@@ -120,6 +120,11 @@ def test_the_api_gives_the_cli_numbers(server, run, capsys):
     assert len(attention["attentions"]) == 2 and len(attention["attentions"][0]) == 4  # layers x heads
     status, trace = call(server, "explain", pair)
     assert status == 200 and len(trace["layers"]) == 2 and "1. Tokens" in trace["text"]
+    assert call(server, "score", pair)[1] == cli_json(capsys, "score", run / "best", *pair.values(), "--json")
+    one = {"text_a": "alpha bravo .", "rule": "original"}
+    assert call(server, "score", one)[1] == cli_json(
+        capsys, "score", run / "best", "alpha bravo .", "--rule", "original", "--json"
+    )
 
 
 def test_bad_requests_are_messages_and_the_server_goes_on(server):
@@ -192,7 +197,7 @@ def test_the_run_view_data_and_other_checkpoint_kinds(run, tmp_path, capsys):
     causal = train_tiny_checkpoint(tmp_path / "causal", objective="causal")
     with serving(causal) as base:  # a checkpoint alone: no run view
         info = call(base, "info")[1]
-        assert info["panels"] == ["generate", "similarity", "attention", "explain"]
+        assert info["panels"] == ["generate", "score", "similarity", "attention", "explain"]
         body = {"prompt": "alpha bravo", "max_new_tokens": 4, "temperature": 0}
         assert call(base, "generate", body)[1] == cli_json(
             capsys, "generate", causal, "alpha bravo", "--max-new-tokens", "4", "--temperature", "0", "--json"
@@ -455,6 +460,26 @@ def test_the_nsp_panel_shows_the_library_numbers(page, run):
     page.click("#panel-nsp button")
     page.wait_for_function("document.getElementById('nsp-error').textContent.length > 0")
     assert "the text is empty" in page.inner_text("#nsp-error") and page.locator("#nsp-isnext").count() == 0
+
+
+def test_the_score_panel_shows_each_piece_and_the_verdict(page, run):
+    a, b = "alpha bravo charlie .", "charlie alpha bravo ."
+    page.click("nav button[data-panel=score]")
+    page.fill("#score-a", a)
+    page.fill("#score-b", b)
+    page.click("#score-go")
+    page.wait_for_selector("#score-verdict")
+    comparison = load(run / "best").compare(a, b)
+    assert page.inner_text("#score-verdict").startswith(f"the model prefers {comparison.preferred} by")
+    for i, score in enumerate((comparison.a, comparison.b)):
+        rows = page.locator(f"#score-sentence-{i} .bar")
+        assert rows.count() == len(score.tokens)
+        shown = [float(rows.nth(j).locator(".p").inner_text()) for j in range(rows.count())]
+        assert shown == pytest.approx(score.logprobs, abs=0.0051)  # two decimals
+    page.fill("#score-b", "")  # one sentence: its pieces, no verdict
+    page.click("#score-go")
+    page.wait_for_function("document.getElementById('score-verdict') === null")
+    assert page.locator("#score-sentence-0 .bar").count() == len(comparison.a.tokens)
 
 
 def test_the_run_view_shows_the_curves(page, run):

@@ -9,6 +9,7 @@ the same one the CLI command makes, so the page shows the CLI's numbers:
     POST /api/similarity  InferenceModel.similarity    (nanobert similarity --json)
     POST /api/attention   InferenceModel.attention     (nanobert attention --json)
     POST /api/explain     InferenceModel.explain       (nanobert explain --json)
+    POST /api/score       InferenceModel.score         (nanobert score --json)
     POST /api/generate    InferenceModel.generate      (nanobert generate --json)
     POST /api/classify    finetune.classify            (nanobert predict)
     POST /api/answer      QAModel.answer               (nanobert answer --json)
@@ -50,12 +51,13 @@ from nanobert.finetune import classify
 from nanobert.inference import InferenceModel, load, require_words
 from nanobert.qa import load_qa_model
 from nanobert.run_log import METRICS_NAME, SUMMARY_NAME, read_summary, scan_records
+from nanobert.scoring import score_report
 from nanobert.tokenizer import encode_pairs
 
 WEB = Path(__file__).parent / "web"
 PANELS = {
-    PRETRAINING: ["fill-mask", "nsp", "similarity", "attention", "explain"],
-    CAUSAL_LM: ["generate", "similarity", "attention", "explain"],
+    PRETRAINING: ["fill-mask", "nsp", "score", "similarity", "attention", "explain"],
+    CAUSAL_LM: ["generate", "score", "similarity", "attention", "explain"],
     SEQUENCE_CLASSIFICATION: ["classify"],
     QUESTION_ANSWERING: ["answer"],
 }
@@ -63,9 +65,9 @@ ROUTES = {route for panels in PANELS.values() for route in panels}  # POST /api/
 GET_ROUTES = ("info", "run")  # GET /api/ROUTE: what the page shows besides the model's answers
 # Routes whose question has a sentence B; attention and explain take one if given, the others none.
 NEEDS_PAIR = {"nsp", "similarity"}
-TAKES_PAIR = NEEDS_PAIR | {"attention", "explain"}
+TAKES_PAIR = NEEDS_PAIR | {"attention", "explain", "score"}
 # The fields the page sends, by type; anything else in a body is ignored. Whole numbers: (least, most).
-TEXT_FIELDS = ("text", "text_a", "text_b", "prompt", "question", "context", "text_pair")
+TEXT_FIELDS = ("text", "text_a", "text_b", "prompt", "question", "context", "text_pair", "rule")
 WHOLE_FIELDS = {"top_k": (1, None), "max_new_tokens": (1, None), "seed": (0, 2**63 - 1)}
 # A question fits in 512 word pieces, a few kilobytes; a bigger body is refused before it is read or parsed.
 MAX_BODY_BYTES = 1 << 20
@@ -261,6 +263,11 @@ class Served:
         a, b = body.get("text_a", body.get("text", body.get("prompt", ""))), body.get("text_b", "")
         if route not in NEEDS_PAIR and (route not in TAKES_PAIR or not b.strip()):
             b = None  # optional and left empty, or not used by the route
+        if route == "score":  # two sentences scored apart: each must fit on its own
+            texts = [t for t in (a, b) if t is not None]
+            for text in texts:
+                model.check_text(text)
+            return score_report([model.score(t, body.get("rule")) for t in texts])
         model.check_text(a, b)
         if route == "fill-mask":
             return asdict(model.fill_mask(a, top_k=body.get("top_k", 5)))

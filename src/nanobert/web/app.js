@@ -18,6 +18,7 @@ const POLL_MS = window.NANOBERT_POLL_MS || 3000;  // how often a training run is
 const TITLES = {
   "fill-mask": "Fill mask", nsp: "Next sentence", generate: "Generate", classify: "Label",
   similarity: "Similarity", attention: "Attention", explain: "Explain", run: "Run", answer: "Answer",
+  score: "Which sounds right?",
 };
 
 async function api(route, body) {
@@ -63,6 +64,25 @@ const render = {
   nsp(data, box) {
     box.append(el("p", {}, el("span", { class: "big", id: "nsp-isnext", text: pct(data.IsNext) }), " IsNext   ",
       el("span", { class: "big", id: "nsp-notnext", text: pct(data.NotNext) }), " NotNext"));
+  },
+  score(data, box) {
+    const worst = Math.max(...data.sentences.flatMap((s) => s.logprobs.map((lp) => -lp)), 1e-9);
+    data.sentences.forEach((s, i) => {
+      const name = data.sentences.length > 1 ? "AB"[i] + ": " : "";
+      box.append(el("div", { class: "mask score-sentence", id: `score-sentence-${i}` },
+        el("h3", { text: `${name}${s.text}` }),
+        el("p", {}, "log-likelihood ", el("span", { class: "big", text: s.total.toFixed(2) }), ` over ${s.tokens.length} pieces`),
+        ...s.tokens.map((token, j) => el("div", { class: "bar" },
+          el("span", { class: "token", text: token }),
+          el("span", {}, el("div", { class: "fill surprise", style: `width:${Math.max(0.5, 100 * -s.logprobs[j] / worst)}%` })),
+          el("span", { class: "p", text: s.logprobs[j].toFixed(2) })))));
+    });
+    if (data.preferred !== undefined) {
+      const verdict = data.preferred === "tie" ? "a tie: the model scores both alike"
+        : `the model prefers ${data.preferred} by ${data.margin.toFixed(2)} nats (${Math.exp(Math.min(data.margin, 700)).toPrecision(3)}x more likely)`;
+      box.append(el("p", { class: "big", id: "score-verdict", text: verdict }));
+    }
+    box.append(el("p", { class: "hint", text: `rule: ${data.rule_description}` }));
   },
   similarity(data, box) {
     box.append(el("p", {}, "cosine similarity ", el("span", { class: "big", text: data.cosine_similarity.toFixed(4) })));
