@@ -11,11 +11,14 @@ masking chooses (15%, 80/10/10, seed 0) in the standard held-out NSP pairs.
 
 Accuracy is split by where the token sits in its sentence: the first word, the last word (before the
 closing punctuation), or anywhere else. Each model's own held-out loss and perplexity are reported too
-(BERT: masked tokens; GPT: every next word of the test file). The two objectives train at once, one
+(BERT: masked tokens; GPT: every next word of the test file). With `--blimp DIR` both are also scored on
+BLiMP's minimal pairs (`nanobert blimp`: BERT by pseudo-log-likelihood, GPT by log-likelihood), overall and
+by field, beside the published figures of the BLiMP paper. The two objectives train at once, one
 process and one thread each, so they share the machine evenly:
 
     python benchmarks/bert_vs_gpt.py --train ../shared/data/wikitext-2/wiki.valid.tokens \\
-        --test ../shared/data/wikitext-2/wiki.test.tokens --time-budget 1800 --out runs/bert-vs-gpt
+        --test ../shared/data/wikitext-2/wiki.test.tokens --time-budget 1800 --out runs/bert-vs-gpt \\
+        --blimp ../shared/data/blimp
 """
 
 from __future__ import annotations
@@ -32,10 +35,18 @@ from pathlib import Path
 
 import torch
 
+from nanobert.blimp import PUBLISHED, evaluate_blimp, load_blimp
 from nanobert.checkpoint import load_causal_lm, load_pretraining_checkpoint, read_config
 from nanobert.config import build_configs, parse_overrides
 from nanobert.corpus import load_documents
-from nanobert.errors import ArgumentParser, NanobertError, check_input_file, check_output_file, run_script
+from nanobert.errors import (
+    ArgumentParser,
+    NanobertError,
+    check_input_file,
+    check_output_file,
+    positive_int,
+    run_script,
+)
 from nanobert.evaluate import (
     eval_instances,
     evaluate_model,
@@ -44,6 +55,7 @@ from nanobert.evaluate import (
 )
 from nanobert.inference import load
 from nanobert.model import IGNORE_INDEX
+from nanobert.scoring import scoring_precision
 from nanobert.tokenizer import CLS_ID, NUM_SPECIAL_TOKENS, SEP_ID, encode_documents, load_tokenizer
 
 PLACES = ("first word", "middle", "last word")
@@ -182,6 +194,43 @@ def examples(bert_dir: Path, gpt_dir: Path) -> dict:
     return {"fill_mask": fills, "generate_greedy": generations, "generate_sampled": sampled}
 
 
+def blimp(bert_dir: Path, gpt_dir: Path, data: str, limit: int | None) -> dict:
+    """Both models' BLiMP accuracies (`nanobert blimp`), in the precision `auto` picks for each, timed."""
+    pairs = load_blimp(data, limit)
+    out = {}
+    for key, directory in (("bert", bert_dir), ("gpt", gpt_dir)):
+        model = load(directory)
+        dtype, why = scoring_precision(model.model)
+        report = evaluate_blimp(model.model, model.tokenizer, pairs, dtype=dtype)
+        out[key] = {
+            "overall": report.full.overall,
+            "fields": report.full.fields,
+            "phenomena": report.full.phenomena,
+            "pairs": report.full.pairs,
+            "rule": report.rule,
+            "seconds": round(report.seconds, 1),
+            "precision": why,
+        }
+    return out
+
+
+def blimp_markdown(scores: dict) -> str:
+    """BLiMP by field for both models, beside the published figures (full suite, mean over paradigms)."""
+    fields = list(scores["bert"]["fields"])
+    lines = [
+        f"| model | BLiMP, all {scores['bert']['pairs']:,} pairs | {' | '.join(fields)} | time to score |",
+        "|---|---|" + "---|" * len(fields) + "---|",
+    ]
+    for name, key in (("BERT (MLM + NSP), pseudo-log-likelihood", "bert"), ("GPT (causal)", "gpt")):
+        s = scores[key]
+        by_field = " | ".join(f"{100 * s['fields'][f]:.1f}" for f in fields)
+        lines.append(f"| {name} | **{100 * s['overall']:.1f}** | {by_field} | {s['seconds']:.0f} s |")
+    for name, value in PUBLISHED.items():
+        lines.append(f"| {name} (BLiMP paper) | {value:.1f} |" + " |" * len(fields) + " |")
+    lines.append("| chance | 50.0 |" + " |" * len(fields) + " |")
+    return "\n".join(lines)
+
+
 def markdown(result: dict) -> str:
     """The table README.md shows ("BERT and GPT on the same stack"), same columns: accuracy at the same
     positions, all and by place (the better model's in bold), then each model's own held-out loss (on its own
@@ -230,10 +279,19 @@ def main() -> None:
     p.add_argument("--out", required=True, help="where the two runs and results.json go")
     p.add_argument("--skip-training", action="store_true", help="score the runs already in --out")
     p.add_argument("--report", action="store_true", help="print the table of --out/results.json and stop")
+    p.add_argument(
+        "--blimp", metavar="DIR", help="also score both on BLiMP (its data/ folder of .jsonl files)"
+    )
+    p.add_argument(
+        "--blimp-limit", type=positive_int, metavar="N", help="the first N pairs of each paradigm only"
+    )
     args = p.parse_args()
     out = Path(args.out)
     if args.report:
-        print(markdown(json.loads(check_input_file(out / "results.json", "--report: --out's").read_text())))
+        result = json.loads(check_input_file(out / "results.json", "--report: --out's").read_text())
+        print(markdown(result))
+        if "blimp" in result:
+            print("\n" + blimp_markdown(result["blimp"]))
         return
     if not args.skip_training and not 0 < args.time_budget < math.inf:  # NaN fails this too
         raise NanobertError(f"--time-budget must be a positive number of seconds, got {args.time_budget:g}")
@@ -242,6 +300,8 @@ def main() -> None:
     check_input_file(args.test, "--test")
     check_documents(args.test, "--test")
     check_output_file(out / "results.json")  # --out is not, and does not lie under, a file
+    if args.blimp:
+        load_blimp(args.blimp, 1)  # BLiMP JSONL, before the training
     if args.skip_training:
         for objective in ("mlm_nsp", "causal"):
             check_input_file(out / objective / "summary.json", "--skip-training needs a finished run:")
@@ -267,6 +327,7 @@ def main() -> None:
         "same_positions": same_positions(bert_dir, gpt_dir, args.test),
         "own": own_metrics(bert_dir, gpt_dir, args.test),
         "examples": examples(bert_dir, gpt_dir),
+        **({"blimp": blimp(bert_dir, gpt_dir, args.blimp, args.blimp_limit)} if args.blimp else {}),
         "training": {
             k: {f: s[f] for f in ("steps", "train_time_s", "tokens_per_s", "hardware")}
             | {"best_step": read_config(out / k / "best")["step"]}
@@ -276,6 +337,8 @@ def main() -> None:
     }
     (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
     print(markdown(result))
+    if args.blimp:
+        print("\n" + blimp_markdown(result["blimp"]))
     print(json.dumps({"examples": result["examples"], "training": result["training"]}, indent=2))
 
 

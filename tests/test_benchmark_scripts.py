@@ -239,6 +239,15 @@ def test_bert_vs_gpt_out_at_or_under_a_file_is_one_line(corpus, a_file, bert_vs_
         assert code == 2 and f"{a_file} is a file, not a folder" in line
 
 
+def test_bert_vs_gpt_reads_blimp_before_training(corpus, tmp_path, bert_vs_gpt, monkeypatch, capsys):
+    not_blimp = tmp_path / "not_blimp.jsonl"
+    not_blimp.write_text('{"text": "a sentence ."}\n')
+    for data, needle in ((not_blimp, "not a BLiMP pair"), (tmp_path / "missing", "no such BLiMP data")):
+        args = ["--train", corpus, "--test", corpus, "--time-budget", "1", "--out", tmp_path / "out"]
+        code, line = run_main(bert_vs_gpt, "bert_vs_gpt.py", [*args, "--blimp", data], monkeypatch, capsys)
+        assert code == 2 and needle in line
+
+
 # --- finetune_glue.py and squad.py -------------------------------------------------------------------------
 
 
