@@ -158,7 +158,14 @@ class HostSyncs(TorchDispatchMode):
         name = func._schema.name.split("::")[-1]
         if name.startswith(self.SYNCING) or name.startswith("_unique"):
             self.seen.append(name)
+        elif name.startswith("index") and any(_bool_tensors(a) for a in args):
+            self.seen.append(f"{name} with a boolean mask")  # x[mask]: its nonzero runs inside the kernel
         return func(*args, **(kwargs or {}))
+
+
+def _bool_tensors(arg) -> bool:
+    items = arg if isinstance(arg, list | tuple) else [arg]
+    return any(isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in items)
 
 
 def host_syncs(fn) -> list[str]:
@@ -172,15 +179,17 @@ class Side:
     """One contender: a model, its optimizer, and how to run one training step on a batch.
 
     compile_mode: None (eager), "default", or "reduce-overhead" (CUDA graphs: torch.compile captures the
-    step's forward and backward once and replays them); backend: torch.compile's, "inductor", or "eager"
-    (dynamo traces the model but generates no code: the CPU dry run's quick check of the compiled path).
+    step's forward and backward once and replays them); backend: torch.compile's, "inductor", "eager"
+    (dynamo traces the model but generates no code: the CPU dry run's quick check of the compiled path) or
+    "cudagraphs" (graphs without inductor's code generation).
     """
 
     def __init__(self, name, model, step_inputs, device, amp_dtype, compile_mode=None, backend="inductor"):
         self.name = name
         self.model = model.to(device).train()
         self.module = self.model
-        self.graphs = compile_mode == "reduce-overhead" and backend == "inductor" and device.type == "cuda"
+        graphed = (compile_mode == "reduce-overhead" and backend == "inductor") or backend == "cudagraphs"
+        self.graphs = graphed and device.type == "cuda"
         if compile_mode is not None:
             mode = compile_mode if backend == "inductor" and device.type == "cuda" else None
             self.module = torch.compile(self.model, mode=mode, backend=backend)
@@ -207,8 +216,10 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def warm_up(sides, batches, n: int, device, clock=time.perf_counter) -> None:
-    """n untimed steps per side, where compilation and CUDA-graph capture happen; each side's warmup_s."""
+def warm_up(sides, batches, n: int, device, clock=time.perf_counter, on_side=None) -> None:
+    """n untimed steps per side, where compilation and CUDA-graph capture happen; each side's warmup_s.
+    on_side() (the report) runs after each side, so a compile that outlasts a time limit still leaves the
+    other side's."""
     for side in sides:
         sync(device)
         start = clock()
@@ -216,6 +227,8 @@ def warm_up(sides, batches, n: int, device, clock=time.perf_counter) -> None:
             side.step(batches[i % len(batches)])
         sync(device)
         side.warmup_s = clock() - start
+        if on_side is not None:
+            on_side()
 
 
 def time_rounds(sides, batches, steps: int, rounds: int, device, clock=time.perf_counter, on_round=None):
@@ -289,9 +302,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--static-shapes", action="store_true", help="pad every batch's query layout to one shape")
     p.add_argument(
         "--compile-backend",
-        choices=["inductor", "eager"],
+        choices=["inductor", "eager", "cudagraphs"],
         default="inductor",
-        help="eager: dynamo traces, no code generated (a quick CPU check of the compiled path)",
+        help="eager: dynamo traces, no code generated (a quick CPU check of the compiled path); cudagraphs: "
+        "CUDA graphs without inductor's code generation",
     )
     p.add_argument("--check-syncs", action="store_true", help="report host syncs in one eager step per side")
     p.add_argument("--json", type=Path, help="write every figure to this JSON file as it is measured")
@@ -401,8 +415,7 @@ def main() -> None:
         report.update(
             host_syncs={s.name: host_syncs(lambda s=s: s.step(batches[0], eager=True)) for s in sides}
         )
-    warm_up(sides, batches, args.warmup, device)
-    report.update(sides=figures())
+    warm_up(sides, batches, args.warmup, device, on_side=lambda: report.update(sides=figures()))
     time_rounds(
         sides, batches, args.steps, args.rounds, device, on_round=lambda: report.update(sides=figures())
     )
