@@ -51,7 +51,7 @@ from pathlib import Path
 
 import torch
 
-from nanobert.config import ModelConfig, config_from_dict
+from nanobert.config import ModelConfig, build_configs, config_from_dict, parse_overrides
 from nanobert.device import cpu_name
 from nanobert.errors import ArgumentParser, NanobertError, check_input_file, run_script
 
@@ -93,6 +93,7 @@ class Context:
     data: Path | None
     out: Path
     work: Path  # scratch: throughput's JSON files, the pretraining run (checkpoints stay off --out)
+    pretrain_set: tuple[str, ...] = ()  # --pretrain-set: KEY=VALUE settings for item 4 on a GPU
     python: str = sys.executable
 
 
@@ -120,7 +121,7 @@ def throughput_item(number: int, name: str, title: str, cap_s: float, shape: str
     json_name = f"{name}.json"
 
     def command(ctx: Context, cap: float) -> list[str]:
-        cmd = [ctx.python, str(THROUGHPUT), "--device", ctx.device, "--check-syncs"]
+        cmd = [ctx.python, str(THROUGHPUT), "--device", ctx.device, "--check-syncs", "--profile-steps", "3"]
         cmd += ["--json", str(ctx.work / json_name)]
         if ctx.device == "cuda":
             cmd += [*GPU_SHAPES[shape], "--precision", "bf16", *flags]
@@ -146,7 +147,8 @@ def pretrain_command(ctx: Context, cap: float) -> list[str]:
     cmd += ["--out", str(run), "--overwrite"]
     if ctx.device == "cuda":
         seconds = max(min(PRETRAIN_SECONDS, cap - PRETRAIN_SETUP_S), 10.0)
-        return cmd + ["--preset", "base", "--time-budget", f"{seconds:g}"]
+        cmd += ["--preset", "base", "--time-budget", f"{seconds:g}"]
+        return cmd + (["--set", *ctx.pretrain_set] if ctx.pretrain_set else [])
     # dry run: the tiny shape, a few seconds, no timing of precisions
     settings = ["precision=fp32", "vocab_size=300", "batch_size=8", "max_seq_len=32", "eval_interval=20"]
     return cmd + ["--preset", "tiny", "--time-budget", "4", "--set", *settings]
@@ -198,7 +200,21 @@ def steady_tokens_per_s(metrics: Path) -> float | None:
 
 
 def pytest_command(ctx: Context, cap: float) -> list[str]:
-    return [ctx.python, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", str(ROOT / "tests")]
+    """pytest -m cuda on the test files that mark tests `cuda` (collecting only those: quicker, and a module
+    whose optional dependency the device lacks cannot stop the run at collection)."""
+    tests = ROOT / "tests"
+    files = [str(p) for p in sorted(tests.glob("test_*.py")) if "pytest.mark.cuda" in p.read_text()]
+    return [
+        ctx.python,
+        "-m",
+        "pytest",
+        "-m",
+        "cuda",
+        "-p",
+        "no:cacheprovider",
+        "-rs",
+        *(files or [str(tests)]),
+    ]
 
 
 def pytest_figures(ctx: Context, log: str) -> dict:
@@ -306,7 +322,27 @@ class Report:
             "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         lines += [table_row(item) for item in self.items]
+        profiles = [line for item in self.items for line in profile_lines(item)]
+        if profiles:
+            lines += [
+                "",
+                "Where a step's time goes (torch.profiler, self time per step, after the timed rounds):",
+                "",
+            ]
+            lines += profiles
         return "\n".join(lines) + "\n"
+
+
+def profile_lines(item: dict) -> list[str]:
+    """One line per side of a profiled throughput item: busy time against the step, the top operations."""
+    lines = []
+    for side, p in ((item.get("figures") or {}).get("profile") or {}).items():
+        top = ", ".join(f"`{op['name']}` {op['ms_per_step']:.2f}" for op in p["top"][:6])
+        lines.append(
+            f"- item {item['number']}, {side}: {p['clock']} busy {p['busy_ms_per_step']:.1f} ms of a "
+            f"{p['wall_ms_per_step']:.1f} ms step; top ms: {top}"
+        )
+    return lines
 
 
 def table_row(item: dict) -> str:
@@ -321,6 +357,8 @@ def table_row(item: dict) -> str:
         ours, theirs = f["sides"].get("nanobert", {}), f["sides"].get("transformers", {})
         syncs = f.get("host_syncs")
         notes = [f"{f.get('precision', '?')}", "CUDA graphs" if f.get("cuda_graphs") else ""]
+        if ours.get("round_ms"):
+            notes.append(f"nanobert's rounds {min(ours['round_ms']):.1f}-{max(ours['round_ms']):.1f} ms")
         if syncs is not None:
             notes.append("host syncs: " + (", ".join(f"{k} {v}" for k, v in syncs.items() if v) or "none"))
         cells += [
@@ -398,6 +436,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--budget", type=float, help="seconds for all the chosen items (default: the sum of their caps)"
     )
     p.add_argument("--cap", action="append", default=[], metavar="N=SECONDS", help="another cap for item N")
+    p.add_argument(
+        "--pretrain-set",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="settings for item 4 on a GPU (`nanobert pretrain --set`), e.g. batch_size=256",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace a report already in --out")
     return p.parse_args(argv)
 
@@ -440,9 +485,11 @@ def check_args(args: argparse.Namespace) -> Context:
             raise NanobertError("--device cuda but torch sees no CUDA GPU here; --device cpu is the dry run")
         gpu = torch.cuda.get_device_name(0)
         peak = peak_bf16_tflops(gpu)
+    if args.pretrain_set:  # checked now, not after minutes of other items
+        build_configs("base", *parse_overrides(args.pretrain_set))
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="gpu_check-"))
-    return Context(args.device, gpu, peak, data, args.out.resolve(), work)
+    return Context(args.device, gpu, peak, data, args.out.resolve(), work, tuple(args.pretrain_set))
 
 
 def item_cap(item: Item, args, ctx: Context) -> float:

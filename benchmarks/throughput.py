@@ -47,6 +47,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import torch
+from torch.autograd import DeviceType
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nanobert.config import MODEL_PRESETS, ModelConfig
@@ -251,6 +252,42 @@ def time_rounds(sides, batches, steps: int, rounds: int, device, clock=time.perf
             on_round()
 
 
+def profile_steps(side, batches, n: int, device, top: int = 12) -> dict:
+    """Where `side`'s step spends its time: torch.profiler over `n` steps (after the timed rounds, so the
+    figures above are unaffected). The operations with the most self time on the device (CUDA) or the CPU,
+    in ms per step, and the step's wall time beside the device's busy time: a device busy for much less
+    than the step is waiting on the host (launch-bound)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    attr = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    sync(device)
+    start = time.perf_counter()
+    with profile(activities=activities) as prof:
+        for i in range(n):
+            side.step(batches[i % len(batches)])
+        sync(device)
+    wall = (time.perf_counter() - start) / n
+    # on CUDA the kernels themselves (an operator's row would count its kernels' time a second time)
+    on_device = device.type == "cuda"
+    events = [
+        e
+        for e in prof.key_averages()
+        if (e.device_type == DeviceType.CUDA) == on_device and getattr(e, attr) > 0
+    ]
+    events.sort(key=lambda e: getattr(e, attr), reverse=True)
+    return {
+        "steps": n,
+        "clock": "device" if device.type == "cuda" else "cpu",
+        "wall_ms_per_step": wall * 1e3,  # under the profiler: slower than the timed rounds
+        "busy_ms_per_step": sum(getattr(e, attr) for e in events) / 1e3 / n,
+        "top": [
+            {"name": e.key[:100], "ms_per_step": getattr(e, attr) / 1e3 / n, "calls_per_step": e.count / n}
+            for e in events[:top]
+        ],
+    }
+
+
 class Report:
     """The run's figures as one JSON object, rewritten (whole, then renamed into place) at every update, so a
     run stopped by a time limit leaves what it had measured; no file when path is None."""
@@ -275,6 +312,7 @@ def side_figures(side, warmup: int, tokens: int, batch_size: int, flops: float, 
             tokens_per_s=tokens / t,
             seqs_per_s=batch_size / t,
             ms_per_step=t * 1e3,
+            round_ms=[round(x * 1e3, 3) for x in side.times],  # the spread: a difference below it is noise
             mfu=flops / t / peak if peak else None,
             peak_mem_gib=side.peak_mem / 2**30 if side.peak_mem else None,
             # compilation and graph capture: the warm-up's time beyond what its steps cost once compiled
@@ -308,6 +346,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         "CUDA graphs without inductor's code generation",
     )
     p.add_argument("--check-syncs", action="store_true", help="report host syncs in one eager step per side")
+    p.add_argument(
+        "--profile-steps",
+        type=non_negative_int,
+        default=0,
+        help="after timing, profile this many steps per side: the top operations by self time (--json)",
+    )
     p.add_argument("--json", type=Path, help="write every figure to this JSON file as it is measured")
     p.add_argument("--hf-attn", choices=["sdpa", "eager"], default="sdpa", help="transformers' attention")
     p.add_argument(
@@ -420,7 +464,15 @@ def main() -> None:
         sides, batches, args.steps, args.rounds, device, on_round=lambda: report.update(sides=figures())
     )
     ratio = statistics.median(sides[1].times) / statistics.median(sides[0].times)
-    report.update(ratio=ratio, finished=True)
+    report.update(ratio=ratio)
+    if args.profile_steps:
+        try:
+            report.update(
+                profile={s.name: profile_steps(s, batches, args.profile_steps, device) for s in sides}
+            )
+        except Exception as e:  # noqa: BLE001 (a profiler that fails must not cost the figures above)
+            report.update(profile_error=f"{type(e).__name__}: {e}")
+    report.update(finished=True)
     print_table(args, config, device, precision, sides, figures(), flops / tokens, peak)
     print(f"nanobert/transformers: {ratio:.2f}x")
 

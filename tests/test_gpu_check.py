@@ -143,6 +143,15 @@ def test_the_timed_rounds_exclude_the_warm_up(throughput):
     assert figures["compile_s"] == pytest.approx(198.0) and figures["tokens_per_s"] == 100.0
 
 
+def test_the_profile_names_where_a_step_spends_its_time(throughput):
+    side, batches = tiny_side(throughput)
+    p = throughput.profile_steps(side, batches, 2, torch.device("cpu"), top=5)
+    assert (
+        p["clock"] == "cpu" and len(p["top"]) == 5 and 0 < p["busy_ms_per_step"] <= p["wall_ms_per_step"] * 2
+    )
+    assert any("mm" in op["name"] for op in p["top"]) and all(op["ms_per_step"] > 0 for op in p["top"])
+
+
 def test_throughput_json_is_rewritten_whole_at_each_update(throughput, tmp_path):
     report = throughput.Report(tmp_path / "t.json")
     report.update(device="cpu")
@@ -185,6 +194,8 @@ def test_peak_from_the_gpu_name(gpu_check, name, peak):
         (["--device", "cpu", "--items", "1", "--cap", "7=10"], "not one of"),
         (["--device", "cpu", "--items", "1", "--cap", "2=soon"], "expected N=SECONDS"),
         (["--device", "cpu", "--items", "1", "--budget", "0"], "--budget must be positive"),
+        (["--device", "cpu", "--items", "5", "--pretrain-set", "batch_sise=256"], "unknown key 'batch_sise'"),
+        (["--device", "cpu", "--items", "5", "--pretrain-set", "batch_size=0"], "batch_size"),
     ],
 )
 def test_gpu_check_refuses_bad_arguments_before_any_item_runs(
@@ -332,7 +343,10 @@ def test_the_dry_run_of_the_cuda_graph_item_end_to_end(tmp_path):
     assert f["finished"] and f["settings"]["static_shapes"] and f["settings"]["compile"]
     assert f["host_syncs"] == {"nanobert": [], "transformers": []}
     assert f["sides"]["nanobert"]["tokens_per_s"] > 0 and f["ratio"] > 0
-    assert "| 3 | dry run of: mini" in done.stdout.splitlines()[-1]
+    assert set(f["profile"]) == {"nanobert", "transformers"}
+    table = (out / "gpu_check.md").read_text()
+    assert done.stdout.endswith(table)  # printed last, for the device reply's tail
+    assert "| 3 | dry run of: mini" in table and "- item 3, nanobert: cpu busy" in table
 
 
 # --- on a GPU (gpu_check.py's item 5) -----------------------------------------------------------------------
