@@ -256,6 +256,7 @@ def run_capped(cmd: list[str], cap: float, log: Path, env: dict) -> tuple[str, f
         )
         try:
             code = proc.wait(timeout=max(cap - grace, 0.1))
+            _signal_group(proc.pid, signal.SIGKILL)  # compile workers it may have left behind
             return ("ok" if code == 0 else "failed"), time.perf_counter() - start, code
         except subprocess.TimeoutExpired:
             _signal_group(proc.pid, signal.SIGTERM)
@@ -543,15 +544,18 @@ def main() -> None:
         if cap < MIN_CAP_S[ctx.device]:
             record.update(status="skipped", note=f"{max(cap, 0):.0f} s left of the budget")
         else:
-            cmd = item.command(ctx, cap)
-            log = ctx.out / f"item{item.number}.log"
+            cmd = item.command(ctx, cap)  # a bug here or in `figures` is this item's failure alone:
+            log = ctx.out / f"item{item.number}.log"  # the next items still run
             print(
                 f"gpu_check: item {item.number} ({item.name}), cap {cap:.0f} s: {' '.join(cmd)}", flush=True
             )
             status, seconds, code = run_capped(cmd, cap, log, env)
             text = trim_log(log)
             record.update(command=cmd, status=status, seconds=seconds, exit_code=code, log=log.name)
-            record["figures"] = item.figures(ctx, text)
+            try:
+                record["figures"] = item.figures(ctx, text)
+            except Exception as e:  # noqa: BLE001
+                record.update(figures={}, note=f"figures unreadable: {type(e).__name__}: {e}")
         print(table_row(record), flush=True)
         report.write()
     print()

@@ -199,9 +199,10 @@ class Side:
         self.device, self.amp_dtype = device, amp_dtype
         self.times, self.peak_mem, self.warmup_s = [], 0, None
 
-    def step(self, batch, eager: bool = False):
-        """One training step: forward, backward, optimizer. No host synchronisation in here (`host_syncs`).
-        eager=True runs the uncompiled model (the sync check)."""
+    def step(self, batch, eager: bool = False) -> torch.Tensor:
+        """One training step: forward, backward, optimizer; returns the loss, still on the device (under CUDA
+        graphs, valid until the next step). No host synchronisation in here (`host_syncs`). eager=True runs
+        the uncompiled model (the sync check)."""
         if self.graphs and not eager:
             torch.compiler.cudagraph_mark_step_begin()  # a new iteration: the last replay's outputs are done
         autocast = torch.autocast(self.device.type, dtype=self.amp_dtype) if self.amp_dtype else nullcontext()
@@ -210,6 +211,7 @@ class Side:
         out.loss.backward()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
+        return out.loss.detach()
 
 
 def sync(device):

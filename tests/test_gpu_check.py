@@ -291,6 +291,25 @@ def test_the_report_is_written_after_every_item_and_a_timeout_stops_only_its_ite
     }
 
 
+def test_unreadable_figures_fail_their_item_only(gpu_check, tmp_path, monkeypatch):
+    def broken(ctx, log):
+        raise KeyError("tokens_per_s")
+
+    items = (
+        python_item(gpu_check, 1, "odd", "print(1)", broken),
+        python_item(gpu_check, 2, "next", "print(2)"),
+    )
+    monkeypatch.setattr(gpu_check, "ITEMS", items)
+    monkeypatch.setattr(gpu_check, "BY_NUMBER", {i.number: i for i in items})
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--device", "cpu", "--out", str(out)])
+    gpu_check.main()
+    first, second = json.loads((out / "gpu_check.json").read_text())["items"]
+    assert first["note"] == "figures unreadable: KeyError: 'tokens_per_s'" and second["figures"] == {
+        "said": "2"
+    }
+
+
 def test_an_item_gets_only_what_is_left_of_the_budget(gpu_check, tmp_path, monkeypatch):
     items = (
         python_item(gpu_check, 1, "first", "import time; time.sleep(3)"),
@@ -387,16 +406,20 @@ def test_cuda_step_makes_no_host_sync(throughput):
 @pytest.mark.cuda
 def test_cuda_graph_replay_trains_like_the_eager_step(throughput):
     """Two copies of one model, one stepped eagerly, one through CUDA graphs (the cudagraphs backend: the
-    capture and replay without inductor's compile time); after a few steps their weights agree."""
+    capture and replay without inductor's compile time): the same losses step after step (weights are not
+    compared: AdamW turns rounding in a near-zero gradient into a full-sized step)."""
     torch.manual_seed(0)
     eager, batches = tiny_side(throughput, device="cuda")
     torch.manual_seed(0)
     graphed, _ = tiny_side(throughput, device="cuda", compile_mode="default", backend="cudagraphs")
-    for i in range(4):
-        eager.step(batches[i % len(batches)])
-        graphed.step(batches[i % len(batches)])
-    for a, b in zip(eager.model.parameters(), graphed.model.parameters(), strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert graphed.graphs
+    losses = []
+    for i in range(5):
+        batch = batches[i % len(batches)]
+        losses.append((eager.step(batch).clone(), graphed.step(batch).clone()))  # before the next replay
+    for a, b in losses:
+        torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-4)
+    assert not torch.equal(losses[0][0], losses[3][0])  # batch 0 again, after three updates: it trained
 
 
 @cuda
