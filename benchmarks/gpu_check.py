@@ -247,13 +247,14 @@ MIN_CAP_S = {"cuda": 20.0, "cpu": 5.0}  # an item with less time left than this 
 def run_capped(cmd: list[str], cap: float, log: Path, env: dict) -> tuple[str, float, int | None]:
     """Run `cmd` in its own process group for at most `cap` seconds, output to `log`: (status, seconds, exit
     code). At the cap the group gets SIGTERM (a training run then saves and writes its summary), and SIGKILL
-    a few seconds later; status is "ok", "failed" (non-zero exit) or "timeout"."""
+    a few seconds later; status is "ok", "failed" (non-zero exit) or "timeout". The group stays in this
+    session (no setsid), so whatever ends this script's session ends the item too: the device tool spares
+    only processes that started a session of their own."""
     grace = min(15.0, 0.1 * cap)
     start = time.perf_counter()
     with log.open("wb") as out:
-        proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True
-        )
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT, process_group=0)
+        RUNNING.add(proc.pid)
         try:
             code = proc.wait(timeout=max(cap - grace, 0.1))
             _signal_group(proc.pid, signal.SIGKILL)  # compile workers it may have left behind
@@ -267,6 +268,19 @@ def run_capped(cmd: list[str], cap: float, log: Path, env: dict) -> tuple[str, f
                 proc.wait()
             _signal_group(proc.pid, signal.SIGKILL)  # compile workers it left behind
             return "timeout", time.perf_counter() - start, proc.returncode
+        finally:
+            RUNNING.discard(proc.pid)
+
+
+RUNNING: set[int] = set()  # the process group of the item running now
+
+
+def _stop_items(signum, frame) -> None:
+    """SIGTERM/SIGINT to this script: end the running item's group too, then exit (the report on disk holds
+    every finished item)."""
+    for pid in list(RUNNING):
+        _signal_group(pid, signal.SIGKILL)
+    raise SystemExit(128 + signum)
 
 
 def _signal_group(pid: int, sig: int) -> None:
@@ -539,27 +553,38 @@ def main() -> None:
         report.items.append(record)
     report.write()
     env = child_env()
-    for item, record in zip(args.items, report.items, strict=True):
-        record["cap_s"] = cap = min(record["cap_s"], deadline - time.perf_counter() - 2)
-        if cap < MIN_CAP_S[ctx.device]:
-            record.update(status="skipped", note=f"{max(cap, 0):.0f} s left of the budget")
-        else:
-            cmd = item.command(ctx, cap)  # a bug here or in `figures` is this item's failure alone:
-            log = ctx.out / f"item{item.number}.log"  # the next items still run
-            print(
-                f"gpu_check: item {item.number} ({item.name}), cap {cap:.0f} s: {' '.join(cmd)}", flush=True
-            )
-            status, seconds, code = run_capped(cmd, cap, log, env)
-            text = trim_log(log)
-            record.update(command=cmd, status=status, seconds=seconds, exit_code=code, log=log.name)
-            try:
-                record["figures"] = item.figures(ctx, text)
-            except Exception as e:  # noqa: BLE001
-                record.update(figures={}, note=f"figures unreadable: {type(e).__name__}: {e}")
-        print(table_row(record), flush=True)
-        report.write()
+    # the item's process group is not in a terminal's foreground: a stop of this script must end it too
+    previous = {signum: signal.signal(signum, _stop_items) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for item, record in zip(args.items, report.items, strict=True):
+            record["cap_s"] = cap = min(record["cap_s"], deadline - time.perf_counter() - 2)
+            if cap < MIN_CAP_S[ctx.device]:
+                record.update(status="skipped", note=f"{max(cap, 0):.0f} s left of the budget")
+            else:
+                run_item(item, record, ctx, cap, env)
+            print(table_row(record), flush=True)
+            report.write()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     print()
     print(report.markdown(), end="")
+
+
+def run_item(item: Item, record: dict, ctx: Context, cap: float, env: dict) -> None:
+    """Run one item under `cap` and put its command, status, time and figures in `record`. A bug in the
+    item's command or figures is that item's failure alone: the next items still run."""
+    try:
+        cmd = item.command(ctx, cap)
+        log = ctx.out / f"item{item.number}.log"
+        print(f"gpu_check: item {item.number} ({item.name}), cap {cap:.0f} s: {' '.join(cmd)}", flush=True)
+        status, seconds, code = run_capped(cmd, cap, log, env)
+        record.update(command=cmd, status=status, seconds=seconds, exit_code=code, log=log.name)
+        record["figures"] = item.figures(ctx, trim_log(log))
+    except Exception as e:  # noqa: BLE001
+        if record["status"] == "pending":  # it broke before its command ran
+            record["status"] = "failed"
+        record.update(figures=record.get("figures") or {}, note=f"gpu_check: {type(e).__name__}: {e}")
 
 
 if __name__ == "__main__":

@@ -305,9 +305,20 @@ def test_unreadable_figures_fail_their_item_only(gpu_check, tmp_path, monkeypatc
     monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--device", "cpu", "--out", str(out)])
     gpu_check.main()
     first, second = json.loads((out / "gpu_check.json").read_text())["items"]
-    assert first["note"] == "figures unreadable: KeyError: 'tokens_per_s'" and second["figures"] == {
-        "said": "2"
-    }
+    assert first["note"] == "gpu_check: KeyError: 'tokens_per_s'" and first["status"] == "ok"  # it ran
+    assert second["figures"] == {"said": "2"}
+
+
+def test_stopping_the_check_ends_the_running_item(gpu_check):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], preexec_fn=os.setpgrp)
+    gpu_check.RUNNING.add(child.pid)
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            gpu_check._stop_items(15, None)
+        assert stopped.value.code == 143 and child.wait(timeout=10) == -9
+    finally:
+        gpu_check.RUNNING.discard(child.pid)
+        child.kill()
 
 
 def test_an_item_gets_only_what_is_left_of_the_budget(gpu_check, tmp_path, monkeypatch):
