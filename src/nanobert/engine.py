@@ -486,7 +486,10 @@ def restore_rng(state: dict, ctx: Distributed, device: torch.device, seed: int, 
 
 
 def run_summary(run: RunState, outcome: Outcome, wall_start: float, model: nn.Module, hardware: dict) -> dict:
-    """The part of summary.json every job shares: final and best held-out metrics, steps, time, speed."""
+    """The part of summary.json every job shares: final and best held-out metrics, steps, time, speed, and on
+    a GPU the peak memory torch allocated in this process (None on a CPU)."""
+    device = next(model.parameters()).device
+    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
     return {
         "final": {"step": run.step, **outcome.final},
         "best": run.best(),
@@ -497,6 +500,7 @@ def run_summary(run: RunState, outcome: Outcome, wall_start: float, model: nn.Mo
         "tokens_seen": run.tokens_seen,
         "tokens_per_s": run.tokens_seen / max(run.train_time, 1e-9),
         "parameters": sum(p.numel() for p in model.parameters()),
+        "peak_gpu_memory_gib": peak,
         "hardware": hardware,
     }
 

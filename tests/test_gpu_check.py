@@ -1,0 +1,478 @@
+"""The GPU check of issue 42 (benchmarks/gpu_check.py) and the GPU-path logic behind it in throughput.py,
+checked on the CPU: the step is graph-safe (one shape per step, no host sync), warm-up stays out of the timed
+rounds, and the report is on disk after every item even when a later one runs out of time.
+
+Tests marked `cuda` run only where a GPU is (gpu_check.py's item 5 runs them on a lent device)."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from helpers import TINY_MODEL
+from test_benchmark_scripts import BENCHMARKS, run_main, tripwire
+
+from nanobert.config import ModelConfig, TrainConfig, config_to_dict
+from nanobert.model import BertForPreTraining
+
+ROOT = BENCHMARKS.parent
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def load(script: str):
+    """The benchmark script as a module, registered under its name (gpu_check's dataclasses look it up)."""
+    name = f"benchmark_{script.removesuffix('.py')}"
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / script)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def throughput():
+    return load("throughput.py")
+
+
+@pytest.fixture(scope="module")
+def gpu_check():
+    return load("gpu_check.py")
+
+
+def tiny_side(throughput, device="cpu", dropout=0.0, compile_mode=None, backend="inductor"):
+    """A nanobert Side of the odd tiny config, and static-shaped batches for it."""
+    config = ModelConfig(
+        **{**TINY_MODEL, "hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
+    )
+    batches = throughput.static_layout(throughput.make_batches(3, 3, 24, config.vocab_size, 0.3, seed=1))
+    batches = [{k: v.to(device) for k, v in b.items()} for b in batches]
+    keys = (
+        "input_ids",
+        "token_type_ids",
+        "labels",
+        "next_sentence_label",
+        "query_positions",
+        "mlm_positions",
+    )
+
+    def inputs(b):
+        return {**{k: b[k] for k in keys}, "return_logits": False}
+
+    model = BertForPreTraining(config)
+    side = throughput.Side("nanobert", model, inputs, torch.device(device), None, compile_mode, backend)
+    return side, batches
+
+
+# --- throughput.py: a graph-safe step -----------------------------------------------------------------------
+
+
+def test_static_layout_gives_every_batch_one_shape_and_the_same_losses(throughput, tiny_config):
+    batches = throughput.make_batches(4, 3, 24, tiny_config.vocab_size, 0.3, seed=2)
+    static = throughput.static_layout(batches)
+    shapes = {(b["query_positions"].shape, b["mlm_positions"].shape) for b in static}
+    assert len(shapes) == 1
+    assert len({(b["query_positions"].shape, b["mlm_positions"].shape) for b in batches}) > 1  # it had work
+    model = BertForPreTraining(tiny_config).eval()
+    keys = (
+        "input_ids",
+        "token_type_ids",
+        "labels",
+        "next_sentence_label",
+        "query_positions",
+        "mlm_positions",
+    )
+    for before, after in zip(batches, static, strict=True):
+        a = model(**{k: before[k] for k in keys}, return_logits=False)
+        b = model(**{k: after[k] for k in keys}, return_logits=False)
+        torch.testing.assert_close(a.mlm_loss, b.mlm_loss)
+        torch.testing.assert_close(a.nsp_loss, b.nsp_loss)
+
+
+def test_the_training_step_has_no_host_sync(throughput):
+    side, batches = tiny_side(throughput)
+    assert throughput.host_syncs(lambda: side.step(batches[0], eager=True)) == []
+
+
+def test_host_syncs_sees_item_nonzero_and_syncs_in_the_backward(throughput):
+    x = torch.randn(5, requires_grad=True)
+    assert throughput.host_syncs(lambda: x.sum().item()) == ["_local_scalar_dense"]
+    assert "nonzero" in throughput.host_syncs(lambda: x.detach().nonzero())
+    assert throughput.host_syncs(lambda: x.detach()[x.detach() > 0]) == ["index with a boolean mask"]
+
+    class SyncingBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            return t * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            grad.sum().item()
+            return grad * 2
+
+    assert throughput.host_syncs(lambda: SyncingBackward.apply(x).sum().backward()) == ["_local_scalar_dense"]
+
+
+def test_the_cpu_dropout_mask_syncs_which_is_why_the_dry_run_turns_dropout_off(throughput):
+    # the mask drawn on the host is a CPU-only path (CUDA keeps F.dropout), so the dry run checks the step
+    # CUDA runs with dropout 0
+    side, batches = tiny_side(throughput, dropout=0.1)
+    assert "_local_scalar_dense" in throughput.host_syncs(lambda: side.step(batches[0], eager=True))
+
+
+def test_a_gpu_computes_the_vocabulary_loss_in_one_chunk_and_gets_the_same_numbers(monkeypatch):
+    from nanobert import model as model_module
+
+    assert model_module.loss_chunk_rows(torch.device("cpu")) == model_module.LOSS_CHUNK_ROWS
+    assert model_module.loss_chunk_rows(torch.device("cuda")) == model_module.GPU_LOSS_CHUNK_ROWS >= 5000
+    h = torch.randn(300, 16, requires_grad=True)
+    weight, bias = torch.randn(53, 16, requires_grad=True), torch.randn(53, requires_grad=True)
+    target = torch.randint(0, 53, (300,))
+    target[::3] = -100
+    results = []
+    for rows in (model_module.LOSS_CHUNK_ROWS, model_module.GPU_LOSS_CHUNK_ROWS):  # 3 chunks, then 1
+        monkeypatch.setattr(model_module, "loss_chunk_rows", lambda device, rows=rows: rows)
+        loss = model_module.linear_cross_entropy(h, weight, bias, target)
+        results.append((loss, *torch.autograd.grad(loss, (h, weight, bias))))
+    for many, one in zip(*results, strict=True):
+        torch.testing.assert_close(one, many)
+
+
+def test_the_timed_rounds_exclude_the_warm_up(throughput):
+    clock = [0.0]
+
+    class Fake:
+        name, times, peak_mem, calls = "fake", [], 0, 0
+
+        def step(self, batch):
+            self.calls += 1
+            clock[0] += 100.0 if self.calls <= 2 else 1.0  # the first two steps compile
+
+    side, cpu = Fake(), torch.device("cpu")
+    throughput.warm_up([side], [None], 2, cpu, clock=lambda: clock[0])
+    rounds_seen = []
+    throughput.time_rounds(
+        [side], [None], 5, 3, cpu, clock=lambda: clock[0], on_round=lambda: rounds_seen.append(1)
+    )
+    assert side.warmup_s == 200.0 and side.times == [1.0, 1.0, 1.0] and len(rounds_seen) == 3
+    figures = throughput.side_figures(side, 2, tokens=100, batch_size=4, flops=1e3, peak=1e6)
+    assert figures["compile_s"] == pytest.approx(198.0) and figures["tokens_per_s"] == 100.0
+
+
+def test_the_profile_names_where_a_step_spends_its_time(throughput):
+    side, batches = tiny_side(throughput)
+    p = throughput.profile_steps(side, batches, 2, torch.device("cpu"), top=5)
+    assert (
+        p["clock"] == "cpu" and len(p["top"]) == 5 and 0 < p["busy_ms_per_step"] <= p["wall_ms_per_step"] * 2
+    )
+    assert any("mm" in op["name"] for op in p["top"]) and all(op["ms_per_step"] > 0 for op in p["top"])
+
+
+def test_throughput_json_is_rewritten_whole_at_each_update(throughput, tmp_path):
+    report = throughput.Report(tmp_path / "t.json")
+    report.update(device="cpu")
+    assert json.loads((tmp_path / "t.json").read_text()) == {"finished": False, "device": "cpu"}
+    report.update(ratio=1.5, finished=True)
+    assert json.loads((tmp_path / "t.json").read_text())["ratio"] == 1.5
+    assert not list(tmp_path.glob("*.part"))
+
+
+def test_cuda_graphs_implies_compile_and_static_shapes(throughput):
+    args = throughput.parse_args(["--cuda-graphs"])
+    assert args.compile and args.static_shapes
+    plain = throughput.parse_args([])
+    assert not (plain.compile or plain.static_shapes or plain.cuda_graphs)
+
+
+# --- gpu_check.py: arguments, caps, the report --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, peak",
+    [
+        ("NVIDIA H100 80GB HBM3", 989.0),
+        ("NVIDIA H200", 989.0),
+        ("NVIDIA H100 PCIe", 756.0),
+        ("Tesla T4", None),
+    ],
+)
+def test_peak_from_the_gpu_name(gpu_check, name, peak):
+    assert gpu_check.peak_bf16_tflops(name) == peak
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--device", "cpu", "--items", "1,9"], "give item numbers"),
+        (["--device", "cpu", "--items", "1,1"], "each once"),
+        (["--device", "cpu", "--items", "4"], "give --data"),
+        (["--device", "cpu", "--items", "4", "--data", "no/such.txt"], "no such file"),
+        (["--device", "cpu", "--items", "1", "--cap", "7=10"], "not one of"),
+        (["--device", "cpu", "--items", "1", "--cap", "2=soon"], "expected N=SECONDS"),
+        (["--device", "cpu", "--items", "1", "--budget", "0"], "--budget must be positive"),
+        (["--device", "cpu", "--items", "5", "--pretrain-set", "batch_sise=256"], "unknown key 'batch_sise'"),
+        (["--device", "cpu", "--items", "5", "--pretrain-set", "batch_size=0"], "batch_size"),
+    ],
+)
+def test_gpu_check_refuses_bad_arguments_before_any_item_runs(
+    gpu_check, args, needle, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(gpu_check, "run_capped", tripwire)
+    code, line = run_main(gpu_check, "gpu_check.py", [*args, "--out", tmp_path / "out"], monkeypatch, capsys)
+    assert code == 2 and needle in line
+
+
+def test_gpu_check_says_when_cuda_is_absent(gpu_check, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(gpu_check, "run_capped", tripwire)
+    args = ["--device", "cuda", "--items", "5", "--out", tmp_path]
+    code, line = run_main(gpu_check, "gpu_check.py", args, monkeypatch, capsys)
+    assert code == 2 and "no CUDA GPU" in line
+
+
+def test_gpu_check_keeps_an_earlier_report_unless_told(gpu_check, tmp_path, monkeypatch, capsys):
+    (tmp_path / "gpu_check.json").write_text("{}")
+    monkeypatch.setattr(gpu_check, "run_capped", tripwire)
+    args = ["--device", "cpu", "--items", "5", "--out", tmp_path]
+    code, line = run_main(gpu_check, "gpu_check.py", args, monkeypatch, capsys)
+    assert code == 2 and "--overwrite" in line
+
+
+def python_item(gpu_check, number, name, code, figures=None):
+    """A stand-in item running `python -c code` ({out} is the report's folder)."""
+    return gpu_check.Item(
+        number,
+        name,
+        name,
+        60,
+        60,
+        lambda ctx, cap: [sys.executable, "-c", code.replace("{out}", str(ctx.out))],
+        figures or (lambda ctx, log: {"said": log.strip()}),
+    )
+
+
+def test_the_report_is_written_after_every_item_and_a_timeout_stops_only_its_item(
+    gpu_check, tmp_path, monkeypatch
+):
+    items = (
+        python_item(gpu_check, 1, "quick", "print('fast')"),
+        # reads the report as it stands while this item runs, then outlasts its cap
+        python_item(
+            gpu_check,
+            2,
+            "slow",
+            "import shutil,time; shutil.copy('{out}/gpu_check.json', '{out}/seen.json'); time.sleep(60)",
+        ),
+        python_item(gpu_check, 3, "after", "print('still ran')"),
+    )
+    monkeypatch.setattr(gpu_check, "ITEMS", items)
+    monkeypatch.setattr(gpu_check, "BY_NUMBER", {i.number: i for i in items})
+    monkeypatch.setitem(gpu_check.MIN_CAP_S, "cpu", 0.5)
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--device", "cpu", "--out", str(out), "--cap", "2=2"])
+    gpu_check.main()
+    seen = json.loads((out / "seen.json").read_text())
+    assert [i["status"] for i in seen["items"]] == ["ok", "pending", "pending"]
+    assert seen["items"][0]["figures"] == {"said": "fast"}
+    report = json.loads((out / "gpu_check.json").read_text())
+    assert [i["status"] for i in report["items"]] == ["ok", "timeout", "ok"]
+    assert report["items"][1]["seconds"] < 10
+    table = (out / "gpu_check.md").read_text()
+    assert "| 2 | dry run of: slow | timeout |" in table and "still ran" in table
+    assert {p.name for p in out.iterdir()} == {
+        "gpu_check.json",
+        "gpu_check.md",
+        "item1.log",
+        "item2.log",
+        "item3.log",
+        "seen.json",
+    }
+
+
+def test_unreadable_figures_fail_their_item_only(gpu_check, tmp_path, monkeypatch):
+    def broken(ctx, log):
+        raise KeyError("tokens_per_s")
+
+    items = (
+        python_item(gpu_check, 1, "odd", "print(1)", broken),
+        python_item(gpu_check, 2, "next", "print(2)"),
+    )
+    monkeypatch.setattr(gpu_check, "ITEMS", items)
+    monkeypatch.setattr(gpu_check, "BY_NUMBER", {i.number: i for i in items})
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--device", "cpu", "--out", str(out)])
+    gpu_check.main()
+    first, second = json.loads((out / "gpu_check.json").read_text())["items"]
+    assert first["note"] == "gpu_check: KeyError: 'tokens_per_s'" and first["status"] == "ok"  # it ran
+    assert second["figures"] == {"said": "2"}
+
+
+def test_stopping_the_check_ends_the_running_item(gpu_check):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], preexec_fn=os.setpgrp)
+    gpu_check.RUNNING.add(child.pid)
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            gpu_check._stop_items(15, None)
+        assert stopped.value.code == 143 and child.wait(timeout=10) == -9
+    finally:
+        gpu_check.RUNNING.discard(child.pid)
+        child.kill()
+
+
+def test_an_item_gets_only_what_is_left_of_the_budget(gpu_check, tmp_path, monkeypatch):
+    items = (
+        python_item(gpu_check, 1, "first", "import time; time.sleep(3)"),
+        python_item(gpu_check, 2, "second", "print('ran')"),
+    )
+    monkeypatch.setattr(gpu_check, "ITEMS", items)
+    monkeypatch.setattr(gpu_check, "BY_NUMBER", {i.number: i for i in items})
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--device", "cpu", "--out", str(out), "--budget", "9"])
+    gpu_check.main()
+    report = json.loads((out / "gpu_check.json").read_text())
+    assert [i["status"] for i in report["items"]] == ["ok", "skipped"]  # < MIN_CAP_S (5 s) was left
+
+
+def test_the_pretraining_figures_come_from_the_runs_summary(gpu_check, tmp_path):
+    run = tmp_path / "pretrain-run"
+    run.mkdir()
+    train = TrainConfig(max_seq_len=128)
+    summary = {
+        "model": config_to_dict(ModelConfig(**TINY_MODEL)),
+        "train": config_to_dict(train),
+        "tokens_per_s": 1e6,
+        "steps": 900,
+        "train_time_s": 180.0,
+        "stop_reason": "time budget",
+        "peak_gpu_memory_gib": 3.5,
+        "final": {"mlm_accuracy": 0.25},
+    }
+    (run / "summary.json").write_text(json.dumps(summary))
+    lines = [{"split": "train", "tokens_per_s": r} for r in (1.0, 2.0, 5e5, 8e5, 9e5)]
+    (run / "metrics.jsonl").write_text("\n".join(map(json.dumps, [*lines, {"split": "valid"}])) + "\n")
+    ctx = gpu_check.Context("cuda", "NVIDIA H100 80GB HBM3", 989.0, None, tmp_path, tmp_path)
+    f = gpu_check.pretrain_figures(ctx, "")
+    assert f["steady_tokens_per_s"] == 8e5 and f["peak_gpu_memory_gib"] == 3.5
+    assert f["mfu"] == pytest.approx(1e6 * f["flops_per_token"] / 989e12)
+    row = gpu_check.table_row(
+        {"number": 4, "title": "pretrain", "status": "ok", "seconds": 200, "cap_s": 225, "figures": f}
+    )
+    assert "1,000,000" in row and "3.50" in row and "900 steps" in row
+
+
+def test_pytest_counts_are_read_from_the_last_summary_line(gpu_check):
+    log = "tests/test_gpu_check.py ..s\n3 passed, 1 skipped, 950 deselected in 12.30s\n"
+    assert gpu_check.pytest_figures(None, log) == {"passed": 3, "skipped": 1, "deselected": 950}
+    assert gpu_check.pytest_figures(None, "collected nothing\n") == {}
+
+
+def test_the_dry_run_of_the_cuda_graph_item_end_to_end(tmp_path):
+    """Item 3 as it runs on the device, at the dry run's tiny shape: throughput.py in a subprocess, its
+    JSON read back into the report and the table."""
+    out = tmp_path / "out"
+    cmd = [
+        sys.executable,
+        str(BENCHMARKS / "gpu_check.py"),
+        "--device",
+        "cpu",
+        "--items",
+        "3",
+        "--out",
+        str(out),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (item,) = json.loads((out / "gpu_check.json").read_text())["items"]
+    assert item["status"] == "ok", (out / "item3.log").read_text()
+    f = item["figures"]
+    assert f["finished"] and f["settings"]["static_shapes"] and f["settings"]["compile"]
+    assert f["host_syncs"] == {"nanobert": [], "transformers": []}
+    assert f["sides"]["nanobert"]["tokens_per_s"] > 0 and f["ratio"] > 0
+    assert set(f["profile"]) == {"nanobert", "transformers"}
+    table = (out / "gpu_check.md").read_text()
+    assert done.stdout.endswith(table)  # printed last, for the device reply's tail
+    assert "| 3 | dry run of: mini" in table and "- item 3, nanobert: cpu busy" in table
+
+
+# --- on a GPU (gpu_check.py's item 5) -----------------------------------------------------------------------
+
+
+@cuda
+@pytest.mark.cuda
+def test_cuda_step_makes_no_host_sync(throughput):
+    side, batches = tiny_side(throughput, device="cuda", dropout=0.1)  # CUDA's dropout: F.dropout
+    side.step(batches[0])  # the first step allocates optimizer state
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        side.step(batches[1])
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+@cuda
+@pytest.mark.cuda
+def test_cuda_graph_replay_trains_like_the_eager_step(throughput):
+    """Two copies of one model, one stepped eagerly, one through CUDA graphs (the cudagraphs backend: the
+    capture and replay without inductor's compile time): the same losses step after step (weights are not
+    compared: AdamW turns rounding in a near-zero gradient into a full-sized step)."""
+    torch.manual_seed(0)
+    eager, batches = tiny_side(throughput, device="cuda")
+    torch.manual_seed(0)
+    graphed, _ = tiny_side(throughput, device="cuda", compile_mode="default", backend="cudagraphs")
+    assert graphed.graphs
+    losses = []
+    for i in range(5):
+        batch = batches[i % len(batches)]
+        losses.append((eager.step(batch).clone(), graphed.step(batch).clone()))  # before the next replay
+    for a, b in losses:
+        torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-4)
+    assert not torch.equal(losses[0][0], losses[3][0])  # batch 0 again, after three updates: it trained
+
+
+@cuda
+@pytest.mark.cuda
+def test_cuda_pretraining_reports_its_peak_memory(tmp_path):
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "nanobert",
+        "pretrain",
+        "--data",
+        "toy",
+        "--device",
+        "cuda",
+        "--max-steps",
+        "20",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run(
+        [*cmd, "--out", str(out), "--quiet"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["peak_gpu_memory_gib"] > 0 and summary["hardware"]["gpu"]
+
+
+@cuda
+@pytest.mark.cuda
+def test_cuda_batches_are_prefetched_into_pinned_memory():
+    from nanobert.streams import Prefetcher
+
+    class Stream:
+        def next(self):
+            return {"input_ids": torch.ones(2, 8, dtype=torch.long)}
+
+        def state_dict(self):
+            return {}
+
+    prefetcher = Prefetcher(Stream())
+    try:
+        batch, _ = prefetcher.next()
+        assert batch["input_ids"].is_pinned()
+    finally:
+        prefetcher.close()
