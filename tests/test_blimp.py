@@ -215,11 +215,17 @@ def test_the_score_command(checkpoint, capsys):
         assert code == 2 and out == "" and len(err.splitlines()) == 1, err
 
 
-def test_the_exported_transformers_model_gives_the_same_scores(checkpoint, blimp_dir, tmp_path):
+@pytest.fixture(scope="module")
+def bench():
+    """benchmarks/score_speed.py, whose transformers scorer is the way the usual libraries score."""
     pytest.importorskip("transformers")
     spec = importlib.util.spec_from_file_location("score_speed", BENCHMARKS / "score_speed.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_exported_transformers_model_gives_the_same_scores(checkpoint, blimp_dir, tmp_path, bench):
     m = load(checkpoint)
     hf, tokenizer = bench.transformers_model(checkpoint, causal=False, out=tmp_path / "hf")
     texts = [s for p in load_blimp(blimp_dir) for s in (p.good, p.bad)]
@@ -228,11 +234,7 @@ def test_the_exported_transformers_model_gives_the_same_scores(checkpoint, blimp
         assert bench.library_scores(hf, tokenizer, texts, rule) == pytest.approx(ours, abs=1e-4)
 
 
-def test_the_exported_causal_model_gives_the_same_scores(tmp_path, blimp_dir):
-    pytest.importorskip("transformers")
-    spec = importlib.util.spec_from_file_location("score_speed", BENCHMARKS / "score_speed.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+def test_the_exported_causal_model_gives_the_same_scores(tmp_path, blimp_dir, bench):
     checkpoint = train_tiny_checkpoint(tmp_path / "gpt", steps=2, objective="causal")
     m = load(checkpoint)
     hf, tokenizer = bench.transformers_model(checkpoint, causal=True, out=tmp_path / "hf")
