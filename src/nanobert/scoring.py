@@ -174,7 +174,8 @@ def _masked_logprobs(
         # Only the target leaves the last layer (the pooler then reads it instead of [CLS]; unused here).
         h = model.bert(input_ids, query_positions=target[:, None]).last_hidden_state[:, 0]  # (N, H)
         logits = model.mlm_head(h, model.bert.embeddings.word_embeddings.weight).float()  # (N, V)
-        logprobs = logits.log_softmax(-1).gather(1, original[:, None]).squeeze(1).tolist()
+        # log p(original) = its logit - logsumexp: no (N, V) log-probabilities written out
+        logprobs = (logits.gather(1, original[:, None]).squeeze(1) - logits.logsumexp(-1)).tolist()
         row = 0
         for i in chunk:
             n = lengths[i] - 2
