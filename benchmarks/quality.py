@@ -1,13 +1,21 @@
 """Run a preset on the WikiText-2 protocol and append its held-out quality to a results table.
 
-The protocol (so numbers stay comparable): train on `wiki.valid.tokens`; choose best/ on a split of it (its
-last 10% of documents, nanobert's held-out rule for a single file), never on the test file; then evaluate
+The small protocol (so numbers stay comparable): train on `wiki.valid.tokens`; choose best/ on a split of it
+(its last 10% of documents, nanobert's held-out rule for a single file), never on the test file; then evaluate
 best/ once on `wiki.test.tokens` with nanobert's fixed held-out masking (15% of tokens, 80/10/10, seed 0),
 WordPiece vocabulary 8,192 unless the preset says otherwise; last/ is evaluated the same way. One row per
 seed goes to `--results` (CSV), and the mean and spread over the seeds run are printed.
 
     python benchmarks/quality.py --preset mini --time-budget 600 --seeds 1 2 3 \\
         --train ../shared/data/wikitext-2/wiki.valid.tokens --test ../shared/data/wikitext-2/wiki.test.tokens
+
+The default-scale protocol (the size `nanobert pretrain` trains on by default): train on
+`wiki-squad/train.raw` (2.2M words), choose best/ on `--valid wiki-squad/dev.raw`, evaluate on
+`wikitext-2/wiki.test.raw`; `--blimp DIR` adds best/'s full BLiMP accuracy (`nanobert blimp`) to each row:
+
+    python benchmarks/quality.py --preset wikitext2-cpu --seeds 1 2 3 \\
+        --train $S/train.raw --valid $S/dev.raw \\
+        --test ../shared/data/wikitext-2/wiki.test.raw --blimp ../shared/data/blimp
 """
 
 from __future__ import annotations
@@ -20,11 +28,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from nanobert.blimp import evaluate_blimp, load_blimp
 from nanobert.config import build_configs, parse_overrides
 from nanobert.corpus import load_documents
 from nanobert.device import resolve_device
 from nanobert.errors import ArgumentParser, NanobertError, check_input_file, check_output_file, run_script
 from nanobert.evaluate import evaluate_checkpoint
+from nanobert.inference import load
+from nanobert.scoring import scoring_precision
 from nanobert.sources import DataSources
 from nanobert.train import pretrain
 
@@ -38,6 +49,7 @@ FIELDS = (
     "nsp_accuracy",
     "mlm_loss",
     "nsp_loss",
+    "blimp",
     "best_step",
     "last_mlm_accuracy",
     "last_mlm_perplexity",
@@ -48,6 +60,25 @@ FIELDS = (
     "tokens_per_s",
     "hardware",
 )
+
+
+def check_results_columns(results: Path) -> None:
+    """A one-line error when an existing results table has other columns (an older version's): appending
+    would put figures under the wrong names."""
+    if results.is_file():
+        with open(results, newline="") as f:
+            header = next(csv.reader(f), None)
+        if header is not None and tuple(header) != FIELDS:
+            raise NanobertError(
+                f"--results {results} has other columns than this version writes; give a new file"
+            )
+
+
+def blimp_accuracy(checkpoint: Path, pairs: list) -> float:
+    """BLiMP accuracy (mean over paradigms) of a checkpoint, in the precision `auto` picks."""
+    model = load(checkpoint)
+    dtype, _ = scoring_precision(model.model)
+    return evaluate_blimp(model.model, model.tokenizer, pairs, dtype=dtype).full.overall
 
 
 def main() -> None:
@@ -65,6 +96,10 @@ def main() -> None:
     p.add_argument("--keep", help="directory to keep the runs in (default: a temporary one)")
     p.add_argument("--tokenizer", help="reuse this saved tokenizer (runs then differ only by their recipe)")
     p.add_argument("--name", help="a name for the recipe in the results table (default: the overrides)")
+    p.add_argument("--valid", help="choose best/ on this file (default: the training file's last 10%%)")
+    p.add_argument(
+        "--blimp", metavar="DIR", help="also score best/ on BLiMP (its data/ folder of .jsonl files)"
+    )
     args = p.parse_args()
 
     model_over, train_over = parse_overrides(args.set)
@@ -82,7 +117,11 @@ def main() -> None:
         raise NanobertError(
             f"--test {args.test} holds one document; the held-out NSP pairs need at least two"
         )
+    if args.valid:
+        load_documents(check_input_file(args.valid, "--valid"))
+    pairs = load_blimp(args.blimp) if args.blimp else None  # BLiMP JSONL, before the training
     check_output_file(args.results)
+    check_results_columns(Path(args.results))
     for seed in args.seeds if args.keep else ():  # no file where a seed's run directory goes
         check_output_file(Path(args.keep) / f"{args.name or args.preset}-seed{seed}" / "summary.json")
     build_configs(args.preset, model_over, train_over)
@@ -93,12 +132,12 @@ def main() -> None:
         for seed in args.seeds:
             model_config, train_config = build_configs(args.preset, model_over, {**train_over, "seed": seed})
             out = root / f"{args.name or args.preset}-seed{seed}"
-            # No --valid: best/ is chosen on the training file's last 10% of documents (the held-out rule),
-            # and the test file is read only once, below.
+            # Without --valid, best/ is chosen on the training file's last 10% of documents (the held-out
+            # rule); the test file is read only once, below.
             summary = pretrain(
                 model_config,
                 train_config,
-                DataSources(None, args.train),
+                DataSources(None, args.train, args.valid),
                 out,
                 overwrite=True,
                 preset=args.preset,
@@ -125,6 +164,7 @@ def main() -> None:
                     "overrides": args.name or " ".join(args.set),
                     "seed": seed,
                     **{k: round(v, 4) for k, v in metrics.items()},
+                    "blimp": round(blimp_accuracy(out / "best", pairs), 4) if pairs else None,
                     "best_step": best_step,
                     **{
                         f"last_{k}": round(last[k], 4)
@@ -150,8 +190,17 @@ def main() -> None:
         if new:
             writer.writeheader()
         writer.writerows(rows)
-    for key in ("mlm_accuracy", "mlm_perplexity", "nsp_accuracy", "last_mlm_accuracy", "last_nsp_accuracy"):
-        values = [r[key] for r in rows]
+    for key in (
+        "mlm_accuracy",
+        "mlm_perplexity",
+        "nsp_accuracy",
+        "last_mlm_accuracy",
+        "last_nsp_accuracy",
+        "blimp",
+    ):
+        values = [r[key] for r in rows if r[key] is not None]
+        if not values:
+            continue
         spread = statistics.stdev(values) if len(values) > 1 else 0.0
         print(f"{key}: mean {statistics.mean(values):.4f}  std {spread:.4f}  over seeds {args.seeds}")
 

@@ -203,6 +203,25 @@ def test_quality_keep_under_a_file_is_one_line(corpus, a_file, monkeypatch, caps
         assert code == 2 and f"{a_file} is a file, not a folder" in line
 
 
+def test_quality_reads_valid_blimp_and_results_before_training(
+    corpus, bad_files, tmp_path, monkeypatch, capsys
+):
+    quality = load("quality.py")
+    monkeypatch.setattr(quality, "pretrain", tripwire)
+    not_blimp = tmp_path / "not_blimp.jsonl"
+    not_blimp.write_text('{"text": "a sentence ."}\n')
+    old_table = tmp_path / "old.csv"
+    old_table.write_text("date,preset,seed,mlm_accuracy\n")
+    args = ["--preset", "toy", "--train", corpus, "--test", corpus, "--max-steps", "2"]
+    for extra, needle in (
+        (["--valid", bad_files["binary"]], "binary"),
+        (["--blimp", not_blimp], "not a BLiMP pair"),
+        (["--results", old_table], "has other columns"),
+    ):
+        code, line = run_main(quality, "quality.py", [*args, *extra], monkeypatch, capsys)
+        assert code == 2 and needle in line
+
+
 @pytest.fixture
 def bert_vs_gpt(monkeypatch):
     module = load("bert_vs_gpt.py")
