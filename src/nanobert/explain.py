@@ -100,7 +100,7 @@ class Trace:
         return format_trace(self)
 
     def __repr__(self) -> str:  # the fields in full run to thousands of numbers; print() shows them laid out
-        return f"<Trace of {len(self.tokens)} tokens through {len(self.layers)} layers; print() it to read it>"
+        return f"<Trace: {len(self.tokens)} tokens, {len(self.layers)} layers; print() it to read the trace>"
 
 
 def _view(name: str, t: torch.Tensor, preview: int, note: str = "") -> TensorView:
