@@ -332,5 +332,7 @@ def test_results_read_well_in_a_notebook(model):
     lines = str(result).splitlines()
     assert lines[0] == f"[MASK] 1 of 2 (token position {result.masks[0].position}):" and len(lines) == 7
     assert lines[-1] == f"top guesses together: {result.filled}"
+    nsp = model.next_sentence("alpha bravo", "charlie")
+    assert str(nsp) == f"IsNext {nsp.is_next:.1%}  NotNext {nsp.not_next:.1%}"
     trace = model.explain("alpha bravo", "charlie")
     assert str(trace).startswith("model: ") and "\n" not in repr(trace) and len(repr(trace)) < 100

@@ -521,8 +521,7 @@ def _add_nsp(sub) -> None:
 
 def _cmd_nsp(args) -> int:
     r = _load_for_inference(args).next_sentence(args.text_a, args.text_b)
-    text = f"IsNext {r.is_next:.1%}  NotNext {r.not_next:.1%}"
-    return _emit(args, {"IsNext": r.is_next, "NotNext": r.not_next}, text)
+    return _emit(args, {"IsNext": r.is_next, "NotNext": r.not_next}, str(r))
 
 
 def _add_generate(sub) -> None:

@@ -87,6 +87,10 @@ class NextSentence:
     is_next: float  # P(B follows A)
     not_next: float  # P(B is a random sentence) = 1 - is_next
 
+    def __str__(self) -> str:
+        """What `nanobert nsp` prints."""
+        return f"IsNext {self.is_next:.1%}  NotNext {self.not_next:.1%}"
+
 
 @dataclass
 class AttentionMaps:
