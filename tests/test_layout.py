@@ -133,6 +133,9 @@ def test_sizes_a_newcomer_can_hold():
 
 def test_every_public_name_resolves_with_a_docstring():
     """`nanobert.__all__` is the API a learner reads: each name imports and says what it is (help())."""
+    modules = {path.stem for path in SRC.glob("*.py")}
     for name in nanobert.__all__:
+        # importing nanobert.X sets the package's attribute X to the module, whatever __getattr__ says
+        assert name not in modules, f"nanobert.{name} is also a module's name"
         obj = getattr(nanobert, name)
         assert isinstance(obj, dict) or (obj.__doc__ or "").strip(), f"nanobert.{name} has no docstring"

@@ -3,29 +3,34 @@
 The Python API, in the order of notebooks/bert_from_scratch.ipynb (which walks all of it):
 
 - data and tokens: `load_documents` ("toy", a WikiText name, a directory or a text file), `train_tokenizer`,
-  `encode_pair`, `encode_documents`, `create_instances` (NSP pairs), `MaskingCollator` (80/10/10 masking);
+  `save_tokenizer`, `encode_pair`, `encode_documents`, `create_instances` (NSP pairs), `MaskingCollator`
+  (80/10/10 masking);
 - models: `ModelConfig`, `BertModel`, `BertForPreTraining`, `BertLMHeadModel` (causal),
   `BertForSequenceClassification`;
 - training: `preset_configs(preset, **fields)` -> (ModelConfig, TrainConfig), `DataSources`, `pretrain`,
   `evaluate_checkpoint`, `curves_figure` (a run's losses and accuracies);
 - using a checkpoint: `load` -> `InferenceModel` (`fill_mask`, `next_sentence`, `similarity`, `embed`,
   `attention`, `explain`, `generate`), `attention_figure`, `plot_attention`;
-- fine-tuning: `TaskSpec`, `FinetuneConfig`, `finetune`, `predict_texts`, `predict` (a file),
+- fine-tuning: `TaskSpec`, `FinetuneConfig`, `finetune_classifier`, `predict_texts`, `predict` (a file),
   `load_finetuned`; transformers: `export_hf`, `import_hf`.
 
 Each CLI subcommand calls one of these (`nanobert.cli`). The names are imported lazily, so `import nanobert`
-is cheap and has no side effects; each resolves on first use.
+is cheap and has no side effects; each resolves on first use. No name is also a module's (importing a
+submodule sets the package's attribute of that name): `nanobert.finetune` is the module, `finetune_classifier`
+the job in it.
 """
 
 from importlib import import_module
 
 __version__ = "0.1.0"
 
+# name -> "module" (the same name in it) or "module:name"
 _EXPORTS = {
     # data and tokens
     "load_documents": "nanobert.corpus",
     "train_tokenizer": "nanobert.tokenizer",
     "load_tokenizer": "nanobert.tokenizer",
+    "save_tokenizer": "nanobert.tokenizer",
     "encode_pair": "nanobert.tokenizer",
     "encode_documents": "nanobert.tokenizer",
     "create_instances": "nanobert.pretraining_data",
@@ -53,7 +58,7 @@ _EXPORTS = {
     # fine-tuning
     "FinetuneConfig": "nanobert.config",
     "TaskSpec": "nanobert.finetune_data",
-    "finetune": "nanobert.finetune",
+    "finetune_classifier": "nanobert.finetune:finetune",
     "predict_texts": "nanobert.finetune",
     "predict": "nanobert.finetune",
     "load_finetuned": "nanobert.checkpoint",
@@ -69,7 +74,8 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str):
     if name in _EXPORTS:
-        return getattr(import_module(_EXPORTS[name]), name)
+        module, _, attribute = _EXPORTS[name].partition(":")
+        return getattr(import_module(module), attribute or name)
     raise AttributeError(f"module 'nanobert' has no attribute {name!r}")
 
 
