@@ -12,7 +12,8 @@ from helpers import WORDS, train_tiny_checkpoint
 
 from nanobert.checkpoint import load_finetuned, load_pretraining_checkpoint
 from nanobert.cli import main
-from nanobert.finetune import build_classifier, model_outputs
+from nanobert.errors import NanobertError
+from nanobert.finetune import build_classifier, model_outputs, predict_texts
 from nanobert.finetune_data import TaskSpec, load_split
 from nanobert.tokenizer import CLS_ID, SEP_ID, encode_pair, encode_pairs, load_tokenizer
 
@@ -144,6 +145,20 @@ def test_predict_writes_jsonl_and_headerless_tsv(tuned, tmp_path, capsys):
     assert code == 0, err
     cells = [line.split("\t") for line in stdout.splitlines()]
     assert [c[:3] for c in cells] == [["7", "alpha red bravo", "pos"], ["8", "blue charlie delta", "neg"]]
+
+
+def test_predict_texts_in_memory_matches_predict(tuned, tmp_path, capsys):
+    texts = ["alpha red bravo", "blue charlie delta"]
+    predictions = predict_texts(tuned, texts)
+    assert [(p.text, p.label) for p in predictions] == [(texts[0], "pos"), (texts[1], "neg")]
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_text("".join(json.dumps({"sentence": t}) + "\n" for t in texts))
+    code, stdout, _ = run_cli(capsys, "predict", tuned, "--input", jsonl)
+    rows = [json.loads(line) for line in stdout.splitlines()]
+    for p, row in zip(predictions, rows, strict=True):  # the file's probabilities, to its 6 digits
+        assert p.probabilities == pytest.approx(row["probabilities"], abs=1e-6)
+    with pytest.raises(NanobertError, match="trained with no pairs"):
+        predict_texts(tuned, texts, pairs=texts)
 
 
 def test_pair_input_reaches_the_model_with_segment_ids(pretrained, tmp_path):

@@ -323,3 +323,16 @@ def test_generate_refuses_an_empty_prompt_like_every_other_command(causal, capsy
 def test_every_command_refuses_an_empty_text(checkpoint, capsys, argv):
     code, out, err = run_cli(capsys, argv[0], checkpoint, *argv[1:])
     assert code == 2 and out == "" and len(err.splitlines()) == 1 and "the text is empty" in err, err
+
+
+def test_results_read_well_in_a_notebook(model):
+    """print() of a fill-mask result is what the CLI prints; a trace prints as the `explain` text and its
+    repr is one line, not thousands of numbers."""
+    result = model.fill_mask("alpha [MASK] charlie . [MASK]", top_k=2)
+    lines = str(result).splitlines()
+    assert lines[0] == f"[MASK] 1 of 2 (token position {result.masks[0].position}):" and len(lines) == 7
+    assert lines[-1] == f"top guesses together: {result.filled}"
+    nsp = model.next_sentence("alpha bravo", "charlie")
+    assert str(nsp) == f"IsNext {nsp.is_next:.1%}  NotNext {nsp.not_next:.1%}"
+    trace = model.explain("alpha bravo", "charlie")
+    assert str(trace).startswith("model: ") and "\n" not in repr(trace) and len(repr(trace)) < 100

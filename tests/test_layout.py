@@ -131,3 +131,13 @@ def test_sizes_a_newcomer_can_hold():
     assert not too_long, "\n".join(too_long)
     for job in ("train", "finetune"):
         assert len((SRC / f"{job}.py").read_text().splitlines()) < 500, job
+
+
+def test_every_public_name_resolves_with_a_docstring():
+    """`nanobert.__all__` is the API a learner reads: each name imports and says what it is (help())."""
+    modules = {path.stem for path in SRC.glob("*.py")}
+    for name in nanobert.__all__:
+        # importing nanobert.X sets the package's attribute X to the module, whatever __getattr__ says
+        assert name not in modules, f"nanobert.{name} is also a module's name"
+        obj = getattr(nanobert, name)
+        assert isinstance(obj, dict) or (obj.__doc__ or "").strip(), f"nanobert.{name} has no docstring"

@@ -1,37 +1,72 @@
 """nanobert: pretrain a BERT from scratch (MLM + NSP), then use, inspect, fine-tune and export it.
 
-The public API is imported lazily, so `import nanobert` is cheap and has no side effects; the names below
-resolve on first use.
+The Python API, in the order of notebooks/bert_from_scratch.ipynb (which walks all of it):
+
+- data and tokens: `load_documents` ("toy", a WikiText name, a directory or a text file), `train_tokenizer`,
+  `save_tokenizer`, `encode_pair`, `encode_documents`, `create_instances` (NSP pairs), `MaskingCollator`
+  (80/10/10 masking);
+- models: `ModelConfig`, `BertModel`, `BertForPreTraining`, `BertLMHeadModel` (causal),
+  `BertForSequenceClassification`;
+- training: `preset_configs(preset, **fields)` -> (ModelConfig, TrainConfig), `DataSources`, `pretrain`,
+  `evaluate_checkpoint`, `curves_figure` (a run's losses and accuracies);
+- using a checkpoint: `load` -> `InferenceModel` (`fill_mask`, `next_sentence`, `similarity`, `embed`,
+  `attention`, `explain`, `generate`), `attention_figure`, `plot_attention`;
+- fine-tuning: `TaskSpec`, `FinetuneConfig`, `finetune_classifier`, `predict_texts`, `predict` (a file),
+  `load_finetuned`; transformers: `export_hf`, `import_hf`.
+
+Each CLI subcommand calls one of these (`nanobert.cli`). The names are imported lazily, so `import nanobert`
+is cheap and has no side effects; each resolves on first use. No name is also a module's (importing a
+submodule sets the package's attribute of that name): `nanobert.finetune` is the module, `finetune_classifier`
+the job in it.
 """
 
 from importlib import import_module
 
 __version__ = "0.1.0"
 
+# name -> "module" (the same name in it) or "module:name"
 _EXPORTS = {
-    "ModelConfig": "nanobert.config",
-    "TrainConfig": "nanobert.config",
-    "PRESETS": "nanobert.config",
-    "BertModel": "nanobert.model",
-    "BertForPreTraining": "nanobert.model",
-    "BertForSequenceClassification": "nanobert.model",
-    "NanobertError": "nanobert.errors",
+    # data and tokens
+    "load_documents": "nanobert.corpus",
     "train_tokenizer": "nanobert.tokenizer",
     "load_tokenizer": "nanobert.tokenizer",
-    "load_documents": "nanobert.corpus",
+    "save_tokenizer": "nanobert.tokenizer",
+    "encode_pair": "nanobert.tokenizer",
+    "encode_documents": "nanobert.tokenizer",
+    "create_instances": "nanobert.pretraining_data",
+    "MaskingCollator": "nanobert.pretraining_data",
+    # models
+    "ModelConfig": "nanobert.config",
+    "BertModel": "nanobert.model",
+    "BertForPreTraining": "nanobert.model",
+    "BertLMHeadModel": "nanobert.model",
+    "BertForSequenceClassification": "nanobert.model",
+    # pretraining
+    "TrainConfig": "nanobert.config",
+    "PRESETS": "nanobert.config",
+    "preset_configs": "nanobert.config",
     "DataSources": "nanobert.sources",
     "pretrain": "nanobert.train",
     "evaluate_checkpoint": "nanobert.evaluate",
+    "curves_figure": "nanobert.plots",
+    # using a checkpoint
     "load_pretraining_checkpoint": "nanobert.checkpoint",
     "load": "nanobert.inference",
     "InferenceModel": "nanobert.inference",
+    "attention_figure": "nanobert.plots",
     "plot_attention": "nanobert.plots",
-    "export_hf": "nanobert.hf_export",
-    "import_hf": "nanobert.hf_export",
+    # fine-tuning
     "FinetuneConfig": "nanobert.config",
     "TaskSpec": "nanobert.finetune_data",
-    "load_finetuned": "nanobert.checkpoint",
+    "finetune_classifier": "nanobert.finetune:finetune",
+    "predict_texts": "nanobert.finetune",
     "predict": "nanobert.finetune",
+    "load_finetuned": "nanobert.checkpoint",
+    # transformers
+    "export_hf": "nanobert.hf_export",
+    "import_hf": "nanobert.hf_export",
+    # errors
+    "NanobertError": "nanobert.errors",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -39,7 +74,8 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str):
     if name in _EXPORTS:
-        return getattr(import_module(_EXPORTS[name]), name)
+        module, _, attribute = _EXPORTS[name].partition(":")
+        return getattr(import_module(module), attribute or name)
     raise AttributeError(f"module 'nanobert' has no attribute {name!r}")
 
 

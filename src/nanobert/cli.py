@@ -510,14 +510,7 @@ def _cmd_fill_mask(args) -> int:
     from dataclasses import asdict
 
     result = _load_for_inference(args).fill_mask(args.text, top_k=args.top_k)
-    lines = []
-    for n, mask in enumerate(result.masks, 1):
-        lines.append(f"[MASK] {n} of {len(result.masks)} (token position {mask.position}):")
-        width = max(len(c.token) for c in mask.candidates)
-        lines += [f"  {c.probability:6.1%}  {c.token:<{width}s}  {c.sequence}" for c in mask.candidates]
-    if len(result.masks) > 1:
-        lines.append(f"top guesses together: {result.filled}")
-    return _emit(args, asdict(result), "\n".join(lines))
+    return _emit(args, asdict(result), str(result))
 
 
 def _add_nsp(sub) -> None:
@@ -528,8 +521,7 @@ def _add_nsp(sub) -> None:
 
 def _cmd_nsp(args) -> int:
     r = _load_for_inference(args).next_sentence(args.text_a, args.text_b)
-    text = f"IsNext {r.is_next:.1%}  NotNext {r.not_next:.1%}"
-    return _emit(args, {"IsNext": r.is_next, "NotNext": r.not_next}, text)
+    return _emit(args, {"IsNext": r.is_next, "NotNext": r.not_next}, str(r))
 
 
 def _add_generate(sub) -> None:

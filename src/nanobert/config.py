@@ -467,6 +467,26 @@ def build_configs(
     return ModelConfig(**model_kw), TrainConfig(**train_kw)
 
 
+def preset_configs(preset: str, **fields: Any) -> tuple[ModelConfig, TrainConfig]:
+    """(ModelConfig, TrainConfig) of `preset` with any field of either set by keyword, as `--preset NAME
+    --set key=value ...` does on the command line: `preset_configs("toy", max_steps=400, hidden_size=64)`.
+
+    A keyword goes to the config with a field of its name (`vocab_size` is the tokenizer's size to train, a
+    TrainConfig field; the model takes the trained tokenizer's size). A length (`max_steps`, `epochs`,
+    `time_budget`) replaces the preset's. An unknown name is a NanobertError; a value out of range is
+    refused by the config it goes to.
+    """
+    model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = sorted(set(fields) - model_fields - train_fields)
+    if unknown:
+        known = ", ".join(sorted(model_fields | train_fields))
+        raise NanobertError(f"unknown config field(s) {', '.join(unknown)}; known fields: {known}")
+    train = {k: v for k, v in fields.items() if k in train_fields}
+    model = {k: v for k, v in fields.items() if k not in train_fields}
+    return build_configs(preset, model, train)
+
+
 LENGTH_FIELDS = ("max_steps", "epochs", "time_budget")
 # A first run with no options: about 15 minutes on a laptop CPU, about 3 minutes on a GPU.
 DEFAULT_BUDGET = {"cpu": 900.0, "cuda": 180.0}
@@ -564,4 +584,5 @@ __all__ = [
     "config_to_dict",
     "new_run_configs",
     "parse_overrides",
+    "preset_configs",
 ]

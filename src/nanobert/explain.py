@@ -95,6 +95,13 @@ class Trace:
         default_factory=list
     )  # causal models: a guess at every position
 
+    def __str__(self) -> str:
+        """The readable trace `nanobert explain` prints (`format_trace`)."""
+        return format_trace(self)
+
+    def __repr__(self) -> str:  # the fields in full run to thousands of numbers; print() shows them laid out
+        return f"<Trace: {len(self.tokens)} tokens, {len(self.layers)} layers; print() it to read the trace>"
+
 
 def _view(name: str, t: torch.Tensor, preview: int, note: str = "") -> TensorView:
     """Round a (1, ...) tensor for reading: its one batch row, with only the first `preview` numbers of the

@@ -17,6 +17,7 @@ columns), `metrics.jsonl` (train logs and one dev record per epoch) and `summary
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -269,6 +270,41 @@ def classify(
     return model_outputs(model, Encoded(ids, types), device, amp_dtype, batch_size)
 
 
+@dataclass
+class Prediction:
+    """A fine-tuned model's answer for one text (or pair)."""
+
+    text: str
+    label: str | float  # the most probable label; for a regression model, the predicted score
+    probabilities: dict[str, float] | None  # every label's probability (None for regression)
+
+
+def predict_texts(
+    model_dir: str | Path,
+    texts: list[str],
+    pairs: list[str] | None = None,
+    *,
+    batch_size: int = 128,
+    device: str = "cpu",
+) -> list[Prediction]:
+    """Label texts in memory with a fine-tuned model (`model_dir`: a run directory or its best/): one
+    `Prediction` per text, in order; `pairs` gives segment B of a sentence-pair model. `predict` does the same
+    for the rows of a file."""
+    model, tokenizer, config = load_finetuned(model_dir, resolve_device(device))
+    if (config["columns"].get("text_pair") is None) != (pairs is None):
+        need = "pairs (segment B)" if pairs is None else "no pairs"
+        raise NanobertError(f"{model_dir} was trained with {need}; pass pairs accordingly")
+    outputs = classify(model, tokenizer, config, list(texts), pairs, batch_size)
+    if config["task"] == "regression":
+        return [Prediction(t, float(s), None) for t, s in zip(texts, outputs[:, 0], strict=True)]
+    labels = config["labels"]
+    probs = torch.softmax(torch.from_numpy(outputs), dim=-1).tolist()
+    return [
+        Prediction(t, labels[max(range(len(p)), key=p.__getitem__)], dict(zip(labels, p, strict=True)))
+        for t, p in zip(texts, probs, strict=True)
+    ]
+
+
 def _prediction_columns(config: dict[str, Any], fmt: str) -> list[str]:
     """The columns `predict` adds: the prediction, and each label's probability (JSONL: one object)."""
     if config["task"] == "regression":
@@ -349,4 +385,13 @@ def predict(
     return result
 
 
-__all__ = ["METRICS", "build_classifier", "classify", "finetune", "model_outputs", "predict"]
+__all__ = [
+    "METRICS",
+    "Prediction",
+    "build_classifier",
+    "classify",
+    "finetune",
+    "model_outputs",
+    "predict",
+    "predict_texts",
+]

@@ -71,11 +71,26 @@ class FillMaskResult:
     masks: list[MaskPrediction]  # one per [MASK], left to right
     filled: str  # every mask replaced by its top candidate, word pieces joined
 
+    def __str__(self) -> str:
+        """What `nanobert fill-mask` prints: each [MASK]'s candidates with their probabilities."""
+        lines = []
+        for n, mask in enumerate(self.masks, 1):
+            lines.append(f"[MASK] {n} of {len(self.masks)} (token position {mask.position}):")
+            width = max(len(c.token) for c in mask.candidates)
+            lines += [f"  {c.probability:6.1%}  {c.token:<{width}s}  {c.sequence}" for c in mask.candidates]
+        if len(self.masks) > 1:
+            lines.append(f"top guesses together: {self.filled}")
+        return "\n".join(lines)
+
 
 @dataclass
 class NextSentence:
     is_next: float  # P(B follows A)
     not_next: float  # P(B is a random sentence) = 1 - is_next
+
+    def __str__(self) -> str:
+        """What `nanobert nsp` prints."""
+        return f"IsNext {self.is_next:.1%}  NotNext {self.not_next:.1%}"
 
 
 @dataclass

@@ -1,7 +1,9 @@
-"""Pictures: training curves from metrics.jsonl, attention heatmaps, BLiMP bars. matplotlib, files only.
+"""Pictures: training curves from metrics.jsonl, attention heatmaps and BLiMP bars, with matplotlib.
 
-`plot_curves` draws losses (train and held-out) and held-out accuracies as one PNG; `plot_attention` draws
-attention probabilities with the word pieces on both axes, one heatmap per layer and head.
+`curves_figure` draws losses (train and held-out) and held-out accuracies; `attention_figure` draws attention
+probabilities with the word pieces on both axes, one heatmap per layer and head. Both return a Figure made
+without pyplot (no global backend is touched, so a notebook keeps showing plots inline); `plot_curves` and
+`plot_attention` save them as files.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ from typing import Any
 from nanobert.errors import NanobertError, check_output_file
 
 
-def plot_curves(metrics_path: str | Path, out_path: str | Path) -> Path:
-    """Draw curves.png: left, the losses (train and held-out, whichever the run logged: MLM and NSP, or the
-    next-word loss); right, the held-out accuracies."""
-    import matplotlib
+def curves_figure(metrics_path: str | Path) -> Any:
+    """A matplotlib Figure of a run's curves, from its metrics.jsonl: left, the losses (train and held-out,
+    whichever the run logged: MLM and NSP, or the next-word loss); right, the held-out accuracies.
 
-    matplotlib.use("Agg")  # files only; never needs a display
-    import matplotlib.pyplot as plt
+    A `matplotlib.figure.Figure` made without pyplot, so drawing it changes no global backend: a notebook
+    shows it inline, `plot_curves` saves it.
+    """
+    from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
 
     rows = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
     train = [r for r in rows if r["split"] == "train"]
@@ -27,7 +30,8 @@ def plot_curves(metrics_path: str | Path, out_path: str | Path) -> Path:
     split_name = held[0]["split"] if held else "held-out"
     losses = [k for k in dict.fromkeys(k for r in rows for k in r) if k.endswith("_loss")]
     accuracies = [k for k in dict.fromkeys(k for r in held for k in r) if k.endswith("_accuracy")]
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
+    fig = Figure(figsize=(11, 4))
+    ax_loss, ax_acc = fig.subplots(1, 2)
     for i, key in enumerate(losses):
         style = "-" if i % 2 == 0 else "--"
         for part, name, marker in ((train, "train", ""), (held, split_name, "o")):
@@ -45,8 +49,12 @@ def plot_curves(metrics_path: str | Path, out_path: str | Path) -> Path:
             ax.legend(fontsize=8)
     ax_acc.set_ylim(0, 1)
     fig.tight_layout()
-    fig.savefig(out_path, dpi=100)
-    plt.close(fig)
+    return fig
+
+
+def plot_curves(metrics_path: str | Path, out_path: str | Path) -> Path:
+    """Draw `curves_figure(metrics_path)` to the PNG `out_path` (a run's curves.png)."""
+    curves_figure(metrics_path).savefig(out_path, dpi=100)
     return Path(out_path)
 
 
@@ -71,22 +79,18 @@ def attention_figure_inches(tokens: list[str], rows: int, cols: int) -> tuple[fl
     return cols * (side + label + 0.2), rows * (side + label + 0.4) + 0.4  # + titles; 0.4 in suptitle
 
 
-def plot_attention(
-    maps: Any,
-    out_path: str | Path,
-    layer: int | None = None,
-    head: int | None = None,
-    dpi: int = ATTENTION_DPI,
-) -> Path:
-    """Draw attention heatmaps (query tokens down the side, key tokens along the bottom) to a PNG.
+def attention_figure(
+    maps: Any, layer: int | None = None, head: int | None = None, dpi: int = ATTENTION_DPI
+) -> Any:
+    """A matplotlib Figure of attention heatmaps (query tokens down the side, key tokens along the bottom).
 
     `maps` has `tokens` (T word pieces) and `probs` (L, nh, T, T), as `inference.AttentionMaps` does.
     With `layer` and `head`, one map; with one of them, that layer's heads or that head in every layer;
     with neither, a grid of every layer (rows) by every head (columns). Layers and heads count from 0.
+    Made without pyplot (a notebook shows it inline); `plot_attention` saves it.
     """
     from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
 
-    out_path = image_path(out_path)
     L, nh, T, _ = maps.probs.shape
     if layer is not None and not 0 <= layer < L:
         raise NanobertError(f"--layer {layer} is out of range; this model has layers 0..{L - 1}")
@@ -110,7 +114,20 @@ def plot_attention(
             ax.set_xticklabels(maps.tokens, rotation=90, fontsize=fontsize)
             ax.set_yticklabels(maps.tokens, fontsize=fontsize)
     fig.suptitle("attention probabilities (rows: query token, columns: attended token)", fontsize=10)
-    fig.savefig(out_path, dpi=dpi)
+    return fig
+
+
+def plot_attention(
+    maps: Any,
+    out_path: str | Path,
+    layer: int | None = None,
+    head: int | None = None,
+    dpi: int = ATTENTION_DPI,
+) -> Path:
+    """Draw `attention_figure(maps, layer, head)` to a PNG (or another format matplotlib writes); the path
+    is checked before any drawing."""
+    out_path = image_path(out_path)
+    attention_figure(maps, layer, head, dpi).savefig(out_path, dpi=dpi)
     return out_path
 
 
@@ -169,7 +186,9 @@ def image_path(out_path: str | Path) -> Path:
 
 __all__ = [
     "ATTENTION_DPI",
+    "attention_figure",
     "attention_figure_inches",
+    "curves_figure",
     "image_path",
     "plot_attention",
     "plot_blimp",

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
+from tqdm.std import tqdm
 
 from nanobert.errors import NanobertError, check_output_folder, within
 
@@ -108,8 +108,16 @@ def write_summary(out_dir: Path, summary: dict[str, Any]) -> Path:
     return path
 
 
+def in_notebook() -> bool:
+    """True inside a Jupyter kernel, whose stderr is no terminal but redraws a progress bar in place."""
+    ipython = sys.modules.get("IPython")  # never imported here: a kernel has always imported it already
+    shell = ipython.get_ipython() if ipython is not None else None
+    return type(shell).__name__ == "ZMQInteractiveShell"
+
+
 class RunLog:
-    """metrics.jsonl plus human-readable progress on stderr (a tqdm bar on a terminal, plain lines otherwise).
+    """metrics.jsonl plus human-readable progress on stderr (a tqdm bar on a terminal or in a Jupyter
+    notebook, plain lines otherwise). The bar is tqdm's text bar, not a widget, so a saved notebook keeps it.
 
     Progress goes to stderr so that stdout carries only the command's result (JSON). With `write=False` (the
     other ranks of a data-parallel run) nothing is written at all.
@@ -121,8 +129,10 @@ class RunLog:
         self.path = out_dir / METRICS_NAME
         self.quiet, self.write = quiet or not write, write
         self.bar = None
-        if not quiet and sys.stderr.isatty():
-            self.bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True)
+        if not self.quiet and (sys.stderr.isatty() or in_notebook()):
+            self.bar = tqdm(
+                total=total_steps, initial=start_step, unit="step", dynamic_ncols=True, file=sys.stderr
+            )
 
     def continue_from(self, step: int, earlier: Path | None = None) -> None:
         """Keep the records up to `step` (a resumed run rewrites the later ones). `earlier` is the
@@ -144,7 +154,7 @@ class RunLog:
         if self.quiet:
             return
         if self.bar is not None:
-            self.bar.write(text)
+            self.bar.write(text, file=sys.stderr)  # tqdm.write's default is stdout
         else:
             print(text, file=sys.stderr, flush=True)
 
@@ -177,6 +187,7 @@ __all__ = [
     "RUN_ARTEFACTS",
     "SUMMARY_NAME",
     "RunLog",
+    "in_notebook",
     "prepare_out_dir",
     "read_records",
     "read_summary",
