@@ -10,7 +10,9 @@ The Python API, in the order of notebooks/bert_from_scratch.ipynb (which walks a
 - training: `preset_configs(preset, **fields)` -> (ModelConfig, TrainConfig), `DataSources`, `pretrain`,
   `evaluate_checkpoint`, `curves_figure` (a run's losses and accuracies);
 - using a checkpoint: `load` -> `InferenceModel` (`fill_mask`, `next_sentence`, `similarity`, `embed`,
-  `attention`, `explain`, `generate`), `attention_figure`, `plot_attention`;
+  `attention`, `explain`, `generate`, `score`, `compare`), `attention_figure`, `plot_attention`;
+- what the model knows: `score_sentences` ((pseudo-)log-likelihoods of many sentences), `load_blimp` and
+  `evaluate_blimp` (BLiMP's minimal pairs);
 - fine-tuning: `TaskSpec`, `FinetuneConfig`, `finetune_classifier`, `predict_texts`, `predict` (a file),
   `load_finetuned`; transformers: `export_hf`, `import_hf`.
 
@@ -55,6 +57,10 @@ _EXPORTS = {
     "InferenceModel": "nanobert.inference",
     "attention_figure": "nanobert.plots",
     "plot_attention": "nanobert.plots",
+    # what the model knows
+    "score_sentences": "nanobert.scoring",
+    "load_blimp": "nanobert.blimp",
+    "evaluate_blimp": "nanobert.blimp",
     # fine-tuning
     "FinetuneConfig": "nanobert.config",
     "TaskSpec": "nanobert.finetune_data",

@@ -3,7 +3,7 @@
 `curves_figure` draws losses (train and held-out) and held-out accuracies; `attention_figure` draws attention
 probabilities with the word pieces on both axes, one heatmap per layer and head. Both return a Figure made
 without pyplot (no global backend is touched, so a notebook keeps showing plots inline); `plot_curves` and
-`plot_attention` save them as files.
+`plot_attention` save them as files. `plot_blimp` saves BLiMP accuracies as bars.
 """
 
 from __future__ import annotations
