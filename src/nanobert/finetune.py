@@ -26,6 +26,7 @@ import torch
 from nanobert.adapt import adapt_encoder, check_adaptation
 from nanobert.checkpoint import (
     SEQUENCE_CLASSIFICATION,
+    checkpoint_tokenizer,
     load_finetuned,
     load_pretraining_checkpoint,
     load_state_dict,
@@ -49,7 +50,7 @@ from nanobert.metrics import compute_metrics
 from nanobert.model import BertForPreTraining, BertForSequenceClassification
 from nanobert.run_log import RunLog
 from nanobert.tabular import Column, detect_format, read_table, write_table
-from nanobert.tokenizer import encode_pairs, load_tokenizer
+from nanobert.tokenizer import encode_pairs
 from nanobert.tuning import epoch_job, record_test, start_run, with_encoder, write_run_summary
 
 METRICS = {"classification": ("accuracy", "macro_f1", "mcc"), "regression": ("pearson", "spearman")}
@@ -124,8 +125,8 @@ def finetune(
         )
     check_adaptation(cfg, from_scratch)
     # setup: checkpoint and data first (every error before the output directory is touched), then the model
-    pretrained, _ = load_pretraining_checkpoint(checkpoint)
-    tokenizer = load_tokenizer(checkpoint)
+    pretrained, saved = load_pretraining_checkpoint(checkpoint)
+    tokenizer = checkpoint_tokenizer(checkpoint, pretrained, saved)
     files = {"train": train_file, "dev": dev_file, "test": test_file}
     splits, labels = _load_splits(files, spec, tokenizer, cfg.max_seq_len)
     num_labels = len(labels) if labels is not None else 1

@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from nanobert.checkpoint import CAUSAL_LM, PRETRAINING, load_language_model
+from nanobert.checkpoint import CAUSAL_LM, PRETRAINING, checkpoint_tokenizer, load_language_model
 from nanobert.corpus import check_text_file, utf8_lines
 from nanobert.device import resolve_device
-from nanobert.errors import NanobertError, check_output_file
+from nanobert.errors import NanobertError, atomic_file, check_output_file
 from nanobert.explain import Trace, explain
 from nanobert.model import BertForPreTraining, BertLMHeadModel
 from nanobert.tokenizer import (
@@ -42,7 +42,6 @@ from nanobert.tokenizer import (
     UNK_ID,
     encode_pair,
     encode_sentences,
-    load_tokenizer,
     pad,
 )
 
@@ -394,12 +393,7 @@ def load(checkpoint: str | Path, device: str = "cpu") -> InferenceModel:
     dev = resolve_device(device)
     model, config = load_language_model(checkpoint, map_location=dev)
     config = {**config, "path": str(checkpoint)}
-    tokenizer = load_tokenizer(checkpoint)
-    if tokenizer.get_vocab_size() > model.config.vocab_size:
-        raise NanobertError(
-            f"{checkpoint}: its tokenizer has {tokenizer.get_vocab_size()} tokens but the model only "
-            f"{model.config.vocab_size}; the checkpoint is inconsistent, use another one"
-        )
+    tokenizer = checkpoint_tokenizer(checkpoint, model, config)
     return InferenceModel(model, tokenizer, config)
 
 
@@ -425,8 +419,8 @@ def embed_file(
     if out_path.suffix != ".npy":
         raise NanobertError(f"output {out_path} should end in .npy (it is written with np.save)")
     vectors = model.embed(read_lines(input_path), batch_size=batch_size)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    np.save(out_path, vectors)
+    with atomic_file(out_path, "wb") as f:  # a failed write keeps the old file
+        np.save(f, vectors)
     return out_path, tuple(vectors.shape)
 
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nanobert.errors import NanobertError, check_output_file
+from nanobert.errors import NanobertError, atomic_file, check_output_file
 
 
 def plot_curves(metrics_path: str | Path, out_path: str | Path) -> Path:
@@ -45,7 +45,8 @@ def plot_curves(metrics_path: str | Path, out_path: str | Path) -> Path:
             ax.legend(fontsize=8)
     ax_acc.set_ylim(0, 1)
     fig.tight_layout()
-    fig.savefig(out_path, dpi=100)
+    with atomic_file(out_path, "wb") as f:  # a failed write keeps the old picture
+        fig.savefig(f, dpi=100, format="png")
     plt.close(fig)
     return Path(out_path)
 
@@ -110,7 +111,8 @@ def plot_attention(
             ax.set_xticklabels(maps.tokens, rotation=90, fontsize=fontsize)
             ax.set_yticklabels(maps.tokens, fontsize=fontsize)
     fig.suptitle("attention probabilities (rows: query token, columns: attended token)", fontsize=10)
-    fig.savefig(out_path, dpi=dpi)
+    with atomic_file(out_path, "wb") as f:  # a failed write keeps the old picture
+        fig.savefig(f, dpi=dpi, format=out_path.suffix[1:].lower())
     return out_path
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from nanobert.errors import NanobertError
+from nanobert.errors import NanobertError, raise_user_os_error
 
 __all__ = [
     "check_tokenizer_options",
@@ -247,8 +247,11 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
     if not path.is_file():
         raise NanobertError(f"{directory} has no {_TOKENIZER_FILE}; point at a directory written by nanobert")
     try:
+        with open(path, "rb"):  # unreadable is not malformed: a permission error names itself
+            pass
         tokenizer = Tokenizer.from_file(str(path))
     except Exception as exc:  # the Rust side raises a bare Exception for any parse error
+        raise_user_os_error(exc, path)
         raise NanobertError(f"cannot read {path} ({exc}); re-save the tokenizer or retrain it") from exc
     _check_special_ids(tokenizer)
     return tokenizer
