@@ -696,6 +696,13 @@ def _add_serve(sub) -> None:
     p.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine only)")
     p.add_argument("--port", type=int, default=8000, help="default 8000; 0 picks a free port")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu")
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests for this host name (default: localhost, 127.0.0.1, ::1 and --host)",
+    )
 
 
 def _cmd_serve(args) -> int:
@@ -703,7 +710,7 @@ def _cmd_serve(args) -> int:
     (its curves, refreshed while it trains). Ctrl-C stops it."""
     from nanobert.serve import serve
 
-    serve(args.path, host=args.host, port=args.port, device=args.device)
+    serve(args.path, host=args.host, port=args.port, device=args.device, allow_hosts=tuple(args.allow_host))
     return 0
 
 
