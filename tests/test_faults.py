@@ -65,17 +65,19 @@ def train_steps(run: Path) -> list[int]:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_saves_a_resumable_checkpoint_and_exits_cleanly(data, tmp_path, sig):
+def test_a_signal_saves_a_resumable_checkpoint_and_exits_128_plus_it(data, tmp_path, sig):
+    """A stopped run is not a finished one: exit 143 for SIGTERM, 130 for SIGINT (README), not 0."""
     run = tmp_path / "run"
     proc = start(data, run, "--max-steps", "100000", "--set", *TINY_SET, "eval_interval=100000")
     try:
         wait_for(lambda: len(train_steps(run)) >= 3, proc)
         proc.send_signal(sig)
-        assert proc.wait(timeout=120) == 0, (run.parent / "run.log").read_text()
+        assert proc.wait(timeout=120) == 128 + int(sig), (run.parent / "run.log").read_text()
     finally:
         proc.kill()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["stop_reason"] == f"interrupted by signal {int(sig)}"
+    assert summary["stopped_by_signal"] == int(sig)
     step = summary["steps"]
     assert load_trainer_state(run / "last")["run"]["step"] == step
     assert json.loads((run / "last" / "config.json").read_text())["step"] == step

@@ -50,7 +50,7 @@ from nanobert.metrics import compute_metrics
 from nanobert.model import BertForPreTraining, BertForSequenceClassification
 from nanobert.run_log import RunLog
 from nanobert.tabular import Column, detect_format, read_table, write_table
-from nanobert.tokenizer import encode_pairs
+from nanobert.tokenizer import count_cut, encode_pairs
 from nanobert.tuning import epoch_job, record_test, start_run, with_encoder, write_run_summary
 
 METRICS = {"classification": ("accuracy", "macro_f1", "mcc"), "regression": ("pearson", "spearman")}
@@ -335,6 +335,9 @@ def predict(
     write_table(table, dict(zip(names, values, strict=True)), out)
 
     result: dict[str, Any] = {"rows": len(table), "out": str(out) if out is not None else None, "task": task}
+    cut = count_cut(texts_a + (texts_b or []), int(config.get("max_seq_len", 128)))
+    if cut:  # cut before tokenizing (encode_pairs): a command says so once
+        result["texts_cut"] = cut
     label_col = columns.get("label")
     same_kind = label_col is not None and isinstance(label_col, int) == headerless
     if same_kind and table.column(label_col, required=False) is not None:
