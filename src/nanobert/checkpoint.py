@@ -126,9 +126,10 @@ def write_atomically(directory: str | Path, write: Any) -> Path:
     try:
         tmp.mkdir()
         write(tmp)
-        for f in tmp.iterdir():  # make the bytes durable before the rename publishes them
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
+        for f in tmp.rglob("*"):  # make the bytes durable before the rename publishes them
+            if f.is_file():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
     except BaseException as e:  # a full disk, no permission, an interrupt: the old one stays, the part goes
         kept = f"{directory} is unchanged" if directory.exists() else f"nothing was written to {directory}"
         try:
