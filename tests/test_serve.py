@@ -35,7 +35,13 @@ except ImportError:
     pytest.skip("no fastapi/uvicorn; pip install -e '.[serve]'", allow_module_level=True)
 
 from nanobert.serve import (  # noqa: E402 - after the extra's check
+    HEADER_TIMEOUT_S,
+    KEEP_ALIVE_S,
+    MAX_BODY_BYTES,
     MAX_MASKS,
+    MAX_TEXT_CHARS,
+    MAX_WAITING,
+    WHOLE_FIELDS,
     Served,
     allowed_hosts,
     create_app,
@@ -302,6 +308,22 @@ def test_the_page_and_its_assets_answer_as_the_readme_says(server):
     assert raw(server, "POST", "/", b"{}", {"Content-Type": "application/json"})[2]["error"] == (
         "/ takes GET, not POST"
     )
+
+
+def test_the_readme_states_the_limits_the_page_enforces():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for fact in [
+        f"| request body | {MAX_BODY_BYTES >> 20} MiB |",
+        f"| text length | {MAX_TEXT_CHARS:,} characters per text field |",
+        f"| `[MASK]`s in one text | {MAX_MASKS} |",
+        f"| `top_k` (fill-mask, explain, generate) | 1 to {WHOLE_FIELDS['top_k'][1]} |",
+        f"| `max_new_tokens` (generate) | 1 to {WHOLE_FIELDS['max_new_tokens'][1]} |",
+        f"one model request at a time, {MAX_WAITING} more waiting",
+        f"within {HEADER_TIMEOUT_S:g} s of connecting or of the last answer; "
+        f"idle keep-alive {KEEP_ALIVE_S} s",
+        "404 for an unknown path (`/static/missing` too), 405 for a wrong method (`HEAD /` too",
+    ]:
+        assert fact in readme, fact
 
 
 def test_idle_and_slow_connections_are_closed(run, monkeypatch):
@@ -643,7 +665,7 @@ def test_a_run_in_progress_refreshes(browser, tmp_path):
         page.wait_for_function(f"{state}.includes('step 3')")
         page.wait_for_selector("nav button[data-panel=fill-mask]")
         assert page.get_attribute("nav button.active", "data-panel") == "run"  # still the view looked at
-        assert "checkpoint " + str(run / "last") in page.inner_text("#what")
+        assert "checkpoint run/last" in page.inner_text("#what")  # named from the run on, no absolute path
         page.click("nav button[data-panel=fill-mask]")
         page.click("#fill-go")
         page.wait_for_selector("#fill-filled")

@@ -390,17 +390,12 @@ def refusal(method: str, headers: dict[str, str], hosts: set[str]) -> tuple[int,
     return None
 
 
-def create_app(served: Served, hosts: set[str] | None = None):
-    """The FastAPI application: the page, its assets and the JSON API; it answers requests for `hosts` (by
-    default `allowed_hosts("127.0.0.1")`, this machine's own names) from its own page only."""
-    from fastapi import FastAPI, Request
-    from fastapi.concurrency import run_in_threadpool
-    from fastapi.responses import FileResponse, JSONResponse
+def _guard(app, served: Served, hosts: set[str]) -> None:
+    """What `app` answers before and instead of its routes: the refusals of requests from elsewhere
+    (`refusal`), and every error as one {"error": ...} line with no absolute path in it."""
+    from fastapi import Request
+    from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException
-
-    hosts = hosts if hosts is not None else allowed_hosts("127.0.0.1")
-    # redirect_slashes off: its 307 built the Location from the Host header, a rebinding page's name
-    app = FastAPI(title="nanobert", docs_url=None, redoc_url=None, redirect_slashes=False)
 
     @app.middleware("http")
     async def own_page_only(request: Request, call_next):
@@ -411,20 +406,17 @@ def create_app(served: Served, hosts: set[str] | None = None):
 
     @app.exception_handler(NanobertError)
     async def user_error(request: Request, error: NanobertError) -> JSONResponse:
-        return JSONResponse(
-            {"error": served.public(str(error))}, status_code=503 if isinstance(error, Busy) else 400
-        )
+        status = 503 if isinstance(error, Busy) else 400
+        return JSONResponse({"error": served.public(str(error))}, status_code=status)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
         """Unknown paths and methods, in the API's own {"error": ...} form."""
         path = request.url.path
         route = path.removeprefix("/api/") if path.startswith("/api/") else None
-        if error.status_code == 405 and (route in ROUTES or route in GET_ROUTES):
-            use = "GET" if route in GET_ROUTES else "POST"
+        if error.status_code == 405 and (route is None or route in ROUTES or route in GET_ROUTES):
+            use = "POST" if route in ROUTES else "GET"  # the page and its assets take GET only
             return JSONResponse({"error": f"{path} takes {use}, not {request.method}"}, status_code=405)
-        if error.status_code == 405 and route is None:  # the page and its assets: GET only
-            return JSONResponse({"error": f"{path} takes GET, not {request.method}"}, status_code=405)
         if error.status_code in (404, 405):  # /api/{route} catches every name for POST only
             return JSONResponse({"error": f"no such path: {path}"}, status_code=404)
         return JSONResponse({"error": str(error.detail)}, status_code=error.status_code)
@@ -433,6 +425,19 @@ def create_app(served: Served, hosts: set[str] | None = None):
     async def bug(request: Request, error: Exception) -> JSONResponse:  # still JSON, for the page to show
         message = served.public(f"the server failed: {type(error).__name__}: {error}")
         return JSONResponse({"error": message}, status_code=500)
+
+
+def create_app(served: Served, hosts: set[str] | None = None):
+    """The FastAPI application: the page, its assets and the JSON API; it answers requests for `hosts` (by
+    default `allowed_hosts("127.0.0.1")`, this machine's own names) from its own page only."""
+    from fastapi import FastAPI, Request
+    from fastapi.concurrency import run_in_threadpool
+    from fastapi.responses import FileResponse, JSONResponse
+    from starlette.exceptions import HTTPException
+
+    # redirect_slashes off: its 307 built the Location from the Host header, a rebinding page's name
+    app = FastAPI(title="nanobert", docs_url=None, redoc_url=None, redirect_slashes=False)
+    _guard(app, served, hosts if hosts is not None else allowed_hosts("127.0.0.1"))
 
     @app.get("/")
     def page() -> FileResponse:
