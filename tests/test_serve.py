@@ -37,6 +37,7 @@ except ImportError:
 from nanobert.serve import (  # noqa: E402 - after the extra's check
     HEADER_TIMEOUT_S,
     KEEP_ALIVE_S,
+    MAX_ATTENTION_CELLS,
     MAX_BODY_BYTES,
     MAX_MASKS,
     MAX_TEXT_CHARS,
@@ -223,6 +224,8 @@ def test_one_request_cannot_exhaust_the_server(server):
     """80 [MASK]s with top_k 1e9 once took 2.3 GB and 49 s; every limit is refused at once, in one line."""
     import resource
 
+    import nanobert.serve as serve_module
+
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB, the process's high-water mark
     text = " ".join(["alpha [MASK]"] * 80)
     for body, needle in [
@@ -238,6 +241,13 @@ def test_one_request_cannot_exhaust_the_server(server):
     assert call(server, "generate", {"prompt": "a", "max_new_tokens": 10**6})[1]["error"].startswith(
         "max_new_tokens must be a whole number from 1 to 200"
     )
+    serve_module.MAX_ATTENTION_CELLS, limit = 2 * 4 * 20**2, MAX_ATTENTION_CELLS  # 20 tokens, tiny model
+    try:
+        status, answer = call(server, "attention", {"text_a": "alpha bravo " * 20})
+        assert status == 400 and "more than the page sends" in answer["error"], answer
+        assert call(server, "attention", {"text_a": "alpha bravo"})[0] == 200
+    finally:
+        serve_module.MAX_ATTENTION_CELLS = limit
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 50_000  # no new high-water mark
 
 
@@ -318,6 +328,7 @@ def test_the_readme_states_the_limits_the_page_enforces():
         f"| `[MASK]`s in one text | {MAX_MASKS} |",
         f"| `top_k` (fill-mask, explain, generate) | 1 to {WHOLE_FIELDS['top_k'][1]} |",
         f"| `max_new_tokens` (generate) | 1 to {WHOLE_FIELDS['max_new_tokens'][1]} |",
+        f"| attention maps | {MAX_ATTENTION_CELLS:,} numbers",
         f"one model request at a time, {MAX_WAITING} more waiting",
         f"within {HEADER_TIMEOUT_S:g} s of connecting or of the last answer; "
         f"idle keep-alive {KEEP_ALIVE_S} s",

@@ -77,6 +77,7 @@ MAX_BODY_BYTES = 1 << 20
 MAX_TEXT_CHARS = 20_000  # per text field; the model reads at most 512 word pieces of it anyway
 MAX_MASKS = 16  # [MASK]s in one text
 WHOLE_FIELDS = {"top_k": (1, 20), "max_new_tokens": (1, 200), "seed": (0, 2**63 - 1)}
+MAX_ATTENTION_CELLS = 4_000_000  # layers x heads x tokens^2 of one attention answer (some 30 MB of JSON)
 MAX_WAITING = 4  # model requests queued behind the one being answered; more are told the page is busy
 # Names of this machine a browser may use in its Host header; --allow-host adds others.
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
@@ -259,7 +260,7 @@ class Served:
     def public(self, message: str) -> str:
         """An error message with the folders above the served path left out (the page shows no absolute
         path: a page that got one would learn the user's name and file layout)."""
-        for above in {str(self.path.resolve().parent), str(self.path.parent)} - {"", "."}:
+        for above in {str(self.path.resolve().parent), str(self.path.parent)} - {"", ".", "/"}:
             message = message.replace(above.rstrip("/") + "/", "")
         return message
 
@@ -314,6 +315,7 @@ class Served:
         if route == "similarity":
             return {"cosine_similarity": model.similarity(a, b)}
         if route == "attention":
+            _check_attention_size(model, a, b)
             maps = model.attention(a, b)
             return {"tokens": maps.tokens, "attentions": maps.probs.round(4).tolist()}
         if route == "explain":
@@ -425,6 +427,19 @@ def _guard(app, served: Served, hosts: set[str]) -> None:
     async def bug(request: Request, error: Exception) -> JSONResponse:  # still JSON, for the page to show
         message = served.public(f"the server failed: {type(error).__name__}: {error}")
         return JSONResponse({"error": message}, status_code=500)
+
+
+def _check_attention_size(model: InferenceModel, a: str, b: str | None) -> None:
+    """NanobertError when the attention maps of `a` (and `b`) would be more than MAX_ATTENTION_CELLS numbers
+    (they grow with layers x heads x tokens^2: a long text through a base-sized model is hundreds of MB)."""
+    config, n = model.model.config, len(model.encode(a, b)["input_ids"])
+    cells = config.num_hidden_layers * config.num_attention_heads * n * n
+    if cells > MAX_ATTENTION_CELLS:
+        most = int((MAX_ATTENTION_CELLS / (config.num_hidden_layers * config.num_attention_heads)) ** 0.5)
+        raise NanobertError(
+            f"the attention maps of {n} word pieces are {cells:,} numbers, more than the page sends "
+            f"({MAX_ATTENTION_CELLS:,}); shorten the text to about {most} word pieces"
+        )
 
 
 def create_app(served: Served, hosts: set[str] | None = None):
