@@ -200,3 +200,27 @@ def test_weights_that_do_not_fit_are_named(tmp_path, tiny_config):
         NanobertError, match=r"feed_forward\.intermediate\.weight is \(\d+, \d+\), the config needs"
     ):
         load_pretraining_checkpoint(tmp_path / "ck")
+
+
+def test_a_tokenizer_json_of_another_model_is_refused_smaller_or_larger(tmp_path, tiny_config):
+    """A tokenizer.json copied from another run numbers the words another way; a larger one was refused, a
+    smaller one loaded silently and gave wrong answers."""
+    import dataclasses
+
+    from nanobert.inference import load
+    from nanobert.tokenizer import save_tokenizer, train_tokenizer
+
+    words = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike".split()
+    texts = [" ".join(words[i:] + words[:i]) for i in range(len(words))] * 3
+    own = train_tokenizer(texts, vocab_size=80, min_frequency=1)
+    config = dataclasses.replace(tiny_config, vocab_size=own.get_vocab_size())
+    checkpoint = save_checkpoint(tmp_path / "ck", BertForPreTraining(config), None, own)
+    load(checkpoint)  # its own tokenizer fits
+    for size in (40, 150):
+        other = train_tokenizer(texts + ["november oscar papa quebec romeo sierra tango"] * 3, size, 1)
+        assert other.get_vocab_size() != own.get_vocab_size()
+        save_tokenizer(other, checkpoint)
+        with pytest.raises(
+            NanobertError, match=r"tokenizer.json has \d+ tokens but the model has \d+: it belongs"
+        ):
+            load(checkpoint)

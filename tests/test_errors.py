@@ -1,10 +1,11 @@
+import errno
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from nanobert.errors import NanobertError, check_output_file, run_script
+from nanobert.errors import NanobertError, atomic_file, check_output_file, run_script, user_os_error
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -84,3 +85,35 @@ def test_a_closed_stdout_pipe_ends_quietly(tmp_path):
         f"{sys.executable} {script} | head -1", shell=True, capture_output=True, text=True, timeout=60
     )
     assert result.stdout == "row 0\n" and "Traceback" not in result.stderr and result.stderr == ""
+
+
+def test_atomic_file_keeps_the_old_file_when_a_write_fails(tmp_path):
+    path = tmp_path / "out.csv"
+    path.write_text("earlier output")
+    with pytest.raises(ZeroDivisionError):  # a bug: no message of ours, but the old file stays
+        with atomic_file(path) as f:
+            f.write("half a new")
+            raise ZeroDivisionError
+    assert path.read_text() == "earlier output" and sorted(tmp_path.iterdir()) == [path]
+    with pytest.raises(NanobertError, match=r"out.csv: no space left on the device.*out.csv is unchanged"):
+        with atomic_file(path) as f:
+            f.write("half a new")
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert path.read_text() == "earlier output" and sorted(tmp_path.iterdir()) == [path]
+    with atomic_file(tmp_path / "new" / "out.csv") as f:  # its folder is made
+        f.write("new")
+    assert (tmp_path / "new" / "out.csv").read_text() == "new"
+
+
+def test_an_os_error_a_user_can_fix_is_one_line_naming_path_and_cause(capsys):
+    def denied():
+        raise PermissionError(errno.EACCES, "Permission denied", "/data/corpus.txt")
+
+    assert run_script("nanobert", denied) == 2
+    assert capsys.readouterr().err == (
+        "nanobert: error: /data/corpus.txt: permission denied; check its permissions or choose another "
+        "place\n"
+    )
+    wrapped = RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)")
+    assert "no space left" in str(user_os_error(wrapped, "run/best"))  # safetensors' way of saying it
+    assert user_os_error(OSError(errno.EBADF, "Bad file descriptor")) is None  # a bug's: keeps its traceback

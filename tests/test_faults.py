@@ -5,15 +5,17 @@ damaged checkpoints and a malicious pickle. Each must end cleanly and leave a lo
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_SET, write_corpus
+from helpers import TINY_SET, train_tiny_checkpoint, write_corpus
 
 import nanobert
 from nanobert.checkpoint import load_language_model, load_pretraining_checkpoint, load_trainer_state
@@ -65,17 +67,19 @@ def train_steps(run: Path) -> list[int]:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_saves_a_resumable_checkpoint_and_exits_cleanly(data, tmp_path, sig):
+def test_a_signal_saves_a_resumable_checkpoint_and_exits_128_plus_it(data, tmp_path, sig):
+    """A stopped run is not a finished one: exit 143 for SIGTERM, 130 for SIGINT (README), not 0."""
     run = tmp_path / "run"
     proc = start(data, run, "--max-steps", "100000", "--set", *TINY_SET, "eval_interval=100000")
     try:
         wait_for(lambda: len(train_steps(run)) >= 3, proc)
         proc.send_signal(sig)
-        assert proc.wait(timeout=120) == 0, (run.parent / "run.log").read_text()
+        assert proc.wait(timeout=120) == 128 + int(sig), (run.parent / "run.log").read_text()
     finally:
         proc.kill()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["stop_reason"] == f"interrupted by signal {int(sig)}"
+    assert summary["stopped_by_signal"] == int(sig)
     step = summary["steps"]
     assert load_trainer_state(run / "last")["run"]["step"] == step
     assert json.loads((run / "last" / "config.json").read_text())["step"] == step
@@ -199,10 +203,13 @@ def finished_run(data, tmp_path):
     return run
 
 
-def one_line_error(capsys, argv, needle):
-    assert main(argv) == 2
+def one_line_error(capsys, argv, *needles) -> str:
+    """Run the CLI on `argv`: exit 2 and one line `nanobert: error: ...` holding every one of `needles`."""
+    assert main([str(a) for a in argv]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("nanobert: error:") and needle in err, err
+    assert len(err.splitlines()) == 1 and err.startswith("nanobert: error: "), err
+    assert all(needle in err for needle in needles), err
+    return err
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
@@ -262,3 +269,185 @@ def test_checkpoints_load_without_pickle(finished_run, capsys, monkeypatch):
     monkeypatch.setattr(torch, "load", weights_only_load)
     assert main(["evaluate", str(finished_run / "last"), "--device", "cpu"]) == 0
     assert main(["pretrain", "--resume", str(finished_run / "last"), "--max-steps", "4", "--quiet"]) == 0
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Full disks and permissions: one line naming the path and the cause, exit 2, and the earlier output kept.
+# Both need root (a tmpfs mount; permissions that bind root once its DAC capabilities are dropped), as CI is.
+
+
+@contextmanager
+def small_disk(path: Path, kib: int):
+    """A `kib`-KiB tmpfs mounted at `path` for the test; skipped where mounting is not allowed."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
+    path.mkdir(parents=True)
+    mount = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={kib}k", "tmpfs", str(path)], capture_output=True
+    )
+    if mount.returncode:
+        pytest.skip(f"mount is not permitted here ({mount.stderr.decode().strip()})")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(disk: Path) -> None:
+    """Take every free byte of `disk`."""
+    with open(disk / "filler", "wb", buffering=0) as f:
+        for size in (1 << 16, 1 << 10, 1):
+            try:
+                while True:
+                    f.write(b"\0" * size)
+            except OSError:
+                pass
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory):
+    """A tiny pretraining run, a classifier fine-tuned from it, and their inputs."""
+    root = tmp_path_factory.mktemp("outputs")
+    best = train_tiny_checkpoint(root / "pre", steps=2)
+    table = root / "rows.csv"
+    table.write_text("text,label\n" + "".join(f"alpha red {i},pos\nbravo blue {i},neg\n" for i in range(8)))
+    lines = root / "lines.txt"
+    lines.write_text("alpha bravo charlie\n" * 400)
+    argv = ["finetune", best, "--train", table, "--dev", table, "--text-col", "text", "--label-col", "label"]
+    assert main([str(a) for a in [*argv, "--out", root / "ft", "--epochs", "1", "--quiet"]]) == 0
+    return {"best": best, "run": best.parent, "ft": root / "ft", "table": table, "lines": lines, "root": root}
+
+
+def test_a_full_disk_keeps_the_earlier_output_file(outputs, tmp_path, capsys):
+    """predict, embed and attention wrote in place: a full disk left a truncated file instead of the old."""
+    o = outputs
+    with small_disk(tmp_path / "disk", 1024) as disk:
+        targets = {
+            "e.npy": ["embed", o["best"], "--input", o["lines"]],
+            "a.png": ["attention", o["best"], "alpha bravo charlie"],
+            "p.csv": ["predict", o["ft"], "--input", o["table"]],
+        }
+        for name in targets:
+            (disk / name).write_text("earlier output")
+        fill(disk)
+        for name, argv in targets.items():
+            one_line_error(
+                capsys, [*argv, "--out", disk / name], f"{disk / name}: no space left", "unchanged"
+            )
+            assert (disk / name).read_text() == "earlier output"
+        assert sorted(p.name for p in disk.iterdir()) == ["a.png", "e.npy", "filler", "p.csv"]  # no debris
+
+
+def test_jobs_on_a_full_disk_fail_in_one_line_and_keep_the_old_run(outputs, tmp_path, capsys):
+    """pretrain (new and resumed), export-hf, prepare and finetune --overwrite were tracebacks; finetune
+    --overwrite also deleted the old run's summary.json and rewrote its metrics.jsonl first."""
+    o = outputs
+    with small_disk(tmp_path / "disk", 3072) as disk:
+        shutil.copytree(o["ft"], disk / "ft")
+        shutil.copytree(o["run"], disk / "run")
+        before = {
+            p: p.read_bytes() for p in [*(disk / "ft").rglob("*"), *(disk / "run").rglob("*")] if p.is_file()
+        }
+        fill(disk)
+        finetune = ["finetune", o["best"], "--train", o["table"], "--dev", o["table"], "--text-col", "text"]
+        finetune += ["--label-col", "label", "--epochs", "1", "--quiet", "--out", disk / "ft", "--overwrite"]
+        one_line_error(capsys, finetune, f"{disk / 'ft'}: only", "MB free", "nothing was changed")
+        corpus = o["run"].parent / "corpus.txt"
+        tiny = ["--set", *TINY_SET, "device=cpu", "max_steps=2"]
+        one_line_error(
+            capsys, ["pretrain", "--train", corpus, "--out", disk / "new", "--quiet", *tiny], "MB free"
+        )
+        resume = ["pretrain", "--resume", disk / "run" / "last", "--max-steps", "6", "--quiet"]
+        one_line_error(capsys, resume, "no space left", str(disk / "run"))
+        one_line_error(capsys, ["export-hf", o["best"], disk / "hf"], f"{disk / 'hf'}: no space left")
+        prepare = ["prepare", "--data", corpus, "--out", disk / "prep", "--vocab-size", "120", "--quiet"]
+        one_line_error(capsys, prepare, "prep: no space left")
+        after = {p: p.read_bytes() for p in before if p.is_file()}
+        assert after == before  # every file of both old runs, byte for byte
+        assert sorted(p.name for p in disk.iterdir()) == ["filler", "ft", "run"]
+    load_pretraining_checkpoint(o["run"] / "last")
+
+
+PERMISSION_CASES = {  # what the user typed -> the path the message must name
+    "embed --input": (["embed", "ck", "--input", "unreadable.txt", "--out", "e.npy"], "unreadable.txt"),
+    "predict --input": (["predict", "ft", "--input", "unreadable.csv", "--out", "p.csv"], "unreadable.csv"),
+    "pretrain --train": (
+        ["pretrain", "--train", "unreadable.txt", "--out", "r1", "--quiet"],
+        "unreadable.txt",
+    ),
+    "pretrain --valid": (
+        ["pretrain", "--train", "corpus.txt", "--valid", "unreadable.txt", "--out", "r2", "--quiet"],
+        "unreadable.txt",
+    ),
+    "config.json": (
+        ["embed", "ck_config", "--input", "lines.txt", "--out", "e.npy"],
+        "ck_config/config.json",
+    ),
+    "checkpoint folder": (["embed", "ck_folder", "--input", "lines.txt", "--out", "e.npy"], "ck_folder/"),
+    "model.safetensors": (
+        ["embed", "ck_weights", "--input", "lines.txt", "--out", "e.npy"],
+        "ck_weights/model.safetensors",
+    ),
+    "embed --out": (["embed", "ck", "--input", "lines.txt", "--out", "ro/e.npy"], "ro/e.npy"),
+    "attention --out": (["attention", "ck", "alpha bravo", "--out", "ro/a.png"], "ro/a.png"),
+    "predict --out": (["predict", "ft", "--input", "rows.csv", "--out", "ro/p.csv"], "ro/p.csv"),
+    "pretrain --out": (["pretrain", "--train", "corpus.txt", "--out", "ro/run", "--quiet"], "ro"),
+    "export-hf": (["export-hf", "ck", "ro/hf"], "ro/hf"),
+}
+
+
+def test_permission_errors_are_one_line(outputs, tmp_path):
+    """As root, with the capabilities that override file permissions dropped (`setpriv`): they bind."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to drop the capabilities that override permissions (CI has both)")
+    o, work = outputs, tmp_path
+    shutil.copytree(o["best"], work / "ck")
+    shutil.copytree(o["ft"], work / "ft")
+    for name in ("ck_config", "ck_folder", "ck_weights"):
+        shutil.copytree(o["best"], work / name)
+    shutil.copy(o["run"].parent / "corpus.txt", work / "corpus.txt")
+    shutil.copy(o["lines"], work / "lines.txt")
+    shutil.copy(o["table"], work / "rows.csv")
+    (work / "unreadable.txt").write_text("alpha bravo\n")
+    shutil.copy(o["table"], work / "unreadable.csv")
+    (work / "ro").mkdir()
+    (work / "ro" / "p.csv").write_text("earlier output")
+    for path in ("unreadable.txt", "unreadable.csv", "ck_config/config.json", "ck_weights/model.safetensors"):
+        (work / path).chmod(0)
+    (work / "ck_folder").chmod(0)
+    (work / "ro").chmod(0o555)
+    tiny = ["--set", *TINY_SET, "device=cpu", "max_steps=2"]
+    cases = {k: argv + tiny if argv[0] == "pretrain" else argv for k, (argv, _) in PERMISSION_CASES.items()}
+    driver = (
+        "import contextlib, io, json, sys\nfrom nanobert.cli import main\nresults = {}\n"
+        "for name, argv in json.loads(sys.argv[1]).items():\n"
+        "    err = io.StringIO()\n"
+        "    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):\n"
+        "        try:\n            code = main(argv)\n"
+        "        except BaseException as e:\n            code = f'{type(e).__name__}: {e}'\n"
+        "    results[name] = [code, err.getvalue()]\nprint(json.dumps(results))\n"
+    )
+    drop = "-dac_override,-dac_read_search"
+    src = str(Path(nanobert.__file__).resolve().parents[1])
+    done = subprocess.run(
+        [
+            "setpriv",
+            f"--inh-caps={drop}",
+            f"--bounding-set={drop}",
+            sys.executable,
+            "-c",
+            driver,
+            json.dumps(cases),
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": src, "OMP_NUM_THREADS": "1"},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name, (code, err) in json.loads(done.stdout).items():
+        path = PERMISSION_CASES[name][1]
+        assert code == 2 and len(err.strip().splitlines()) == 1, (name, code, err)
+        assert path in err and "permission denied" in err, (name, err)
+    assert (work / "ro" / "p.csv").read_text() == "earlier output"

@@ -336,3 +336,26 @@ def test_results_read_well_in_a_notebook(model):
     assert str(nsp) == f"IsNext {nsp.is_next:.1%}  NotNext {nsp.not_next:.1%}"
     trace = model.explain("alpha bravo", "charlie")
     assert str(trace).startswith("model: ") and "\n" not in repr(trace) and len(repr(trace)) < 100
+
+
+def test_a_huge_line_is_cut_before_the_tokenizer_sees_it(checkpoint, model, tmp_path, capsys, monkeypatch):
+    """One 200 MB line once took the tokenizer 5 GB and aborted it: the window keeps only the start anyway."""
+    import nanobert.tokenizer as tokenizer_module
+
+    seen, encode = [], tokenizer_module.encode_sentences
+
+    def spy(tokenizer, sentences):
+        seen.extend(map(len, sentences))
+        return encode(tokenizer, sentences)
+
+    monkeypatch.setattr(tokenizer_module, "encode_sentences", spy)
+    huge = "alpha bravo " * 200_000  # 2.4 MB of words on one line
+    (tmp_path / "in.txt").write_text(f"charlie delta\n{huge}\n{'x' * 3_000_000}\n", encoding="utf-8")
+    out_path = tmp_path / "v.npy"
+    code, out, err = run_cli(capsys, "embed", checkpoint, "--input", tmp_path / "in.txt", "--out", out_path)
+    assert code == 0 and "3 embeddings" in out
+    assert max(seen) <= model.max_length * tokenizer_module.CHARS_PER_POSITION
+    assert len(err.splitlines()) == 1 and err.startswith("nanobert: 2 lines longer than")  # said once
+    np.testing.assert_allclose(np.load(out_path)[1], model.embed(huge[:20_000]), atol=1e-5)  # same window
+    with pytest.raises(NanobertError, match="characters, more than the model's"):  # one endless word
+        model.check_text("x" * 3_000_000 + " [MASK]")

@@ -51,3 +51,28 @@ def test_records_and_continuing_a_run(tmp_path, capsys):
     silent.say("nothing")
     assert not (tmp_path / "rank1").exists() and capsys.readouterr().err == ""
     assert json.loads(write_summary(tmp_path, {"a": 1}).read_text()) == {"a": 1}
+
+
+def test_a_folder_of_other_files_is_no_run_to_write_into(tmp_path):
+    """pretrain/finetune --out into a folder of the user's own files would mix the run's files in: refused,
+    as export-hf and prepare refuse (hidden files such as .DS_Store do not count)."""
+    out = tmp_path / "papers"
+    out.mkdir()
+    (out / ".DS_Store").write_text("")
+    prepare_out_dir(out, overwrite=False)  # only hidden files: as good as empty
+    (out / "thesis.tex").write_text("mine")
+    for overwrite in (False, True):
+        with pytest.raises(NanobertError, match="holds other files, not a run; choose another --out"):
+            prepare_out_dir(out, overwrite=overwrite)
+    assert sorted(p.name for p in out.iterdir()) == [".DS_Store", "thesis.tex"]
+
+
+def test_no_room_for_the_first_checkpoint_is_refused_before_anything_goes(tmp_path):
+    out = tmp_path / "run"
+    prepare_out_dir(out, overwrite=False)
+    (out / "summary.json").write_text('{"steps": 3}')
+    with pytest.raises(
+        NanobertError, match=r"MB free, and the run's checkpoint needs about .*nothing was changed"
+    ):
+        prepare_out_dir(out, overwrite=True, need=1 << 60)
+    assert (out / "summary.json").read_text() == '{"steps": 3}'

@@ -34,7 +34,23 @@ except ImportError:
         raise
     pytest.skip("no fastapi/uvicorn; pip install -e '.[serve]'", allow_module_level=True)
 
-from nanobert.serve import Served, create_app, listening_port, serve  # noqa: E402 - after the extra's check
+from nanobert.serve import (  # noqa: E402 - after the extra's check
+    HEADER_TIMEOUT_S,
+    KEEP_ALIVE_S,
+    MAX_ATTENTION_CELLS,
+    MAX_BODY_BYTES,
+    MAX_MASKS,
+    MAX_TEXT_CHARS,
+    MAX_WAITING,
+    WHOLE_FIELDS,
+    Served,
+    allowed_hosts,
+    create_app,
+    listening_port,
+    refusal,
+    serve,
+    server_config,
+)
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_FLAGS = [
@@ -52,7 +68,7 @@ CHROMIUM_FLAGS = [
 def serving(path):
     """The app for `path` (or a Served) on a free port in a background thread; yields its base URL."""
     served = path if isinstance(path, Served) else Served(path)
-    server = uvicorn.Server(uvicorn.Config(create_app(served), host="127.0.0.1", port=0, log_level="error"))
+    server = uvicorn.Server(server_config(create_app(served), "127.0.0.1", 0, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -103,7 +119,7 @@ def cli_json(capsys, *argv):
 
 def test_the_api_gives_the_cli_numbers(server, run, capsys):
     status, info = call(server, "info")
-    assert status == 200 and info["kind"] == "pretraining" and info["checkpoint"] == str(run / "best")
+    assert status == 200 and info["kind"] == "pretraining" and info["checkpoint"] == "run/best"
     assert info["panels"] == ["fill-mask", "nsp", "score", "similarity", "attention", "explain", "run"]
     text = "alpha bravo [MASK] delta ."
     assert call(server, "fill-mask", {"text": text, "top_k": 3})[1] == cli_json(
@@ -143,7 +159,7 @@ def test_bad_requests_are_messages_and_the_server_goes_on(server):
         ("fill-mask", {"text": 5}, "text must be a text"),
         ("fill-mask", {"text": ["a [MASK]"]}, "text must be a text"),
         ("fill-mask", {"text": "a [MASK]", "top_k": "many"}, "top_k must be a whole number"),
-        ("fill-mask", {"text": "a [MASK]", "top_k": 0}, "top_k must be a whole number of at least 1"),
+        ("fill-mask", {"text": "a [MASK]", "top_k": 0}, "top_k must be a whole number from 1 to 20"),
         ("fill-mask", {"text": "a [MASK]", "top_k": True}, "top_k must be a whole number"),
         ("explain", {"text_a": "alpha", "top_k": 2.5}, "top_k must be a whole number"),
         ("nsp", {"text_a": "alpha", "text_b": {"b": 1}}, "text_b must be a text"),
@@ -153,8 +169,8 @@ def test_bad_requests_are_messages_and_the_server_goes_on(server):
         # JSON's escape for a lone surrogate: text the tokenizer cannot take
         ("fill-mask", {"text": "\ud800 [MASK]"}, "not valid Unicode"),
         ("nsp", {"text_a": "x", "text_b": "\udfff y"}, "not valid Unicode"),
-        # far too long: refused from its word count, before the tokenizer works through it
-        ("fill-mask", {"text": "the cat sat . " * 50_000 + "[MASK]"}, "200001 words, more than"),
+        # far too long: refused from its length, before the tokenizer works through it
+        ("fill-mask", {"text": "the cat sat . " * 50_000 + "[MASK]"}, "the page takes 20000 at most"),
     ]
     for route, body, needle in cases:
         status, answer = call(server, route, body)
@@ -182,11 +198,165 @@ def test_bad_requests_are_messages_and_the_server_goes_on(server):
         ("GET", "/api/fill-mask", None, 405, "takes POST, not GET"),
         ("POST", "/api/info", b"{}", 405, "/api/info takes GET, not POST"),
     ]:
-        request = urllib.request.Request(f"{server}{path}", data=body, method=method)
+        json_body = {"Content-Type": "application/json"}
+        request = urllib.request.Request(f"{server}{path}", data=body, method=method, headers=json_body)
         with pytest.raises(urllib.error.HTTPError) as error:
             urllib.request.urlopen(request, timeout=10)
         assert error.value.code == code and needle in json.loads(error.value.read())["error"], path
     assert call(server, "info")[0] == 200  # still serving
+
+
+def raw(base, method, path, body=b"", headers=(), timeout=10):
+    """(status, JSON or None) of any request, with exactly the headers given besides Host."""
+    import http.client
+
+    host, port = base.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    connection.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+    headers = dict(headers)
+    headers.setdefault("Host", f"{host}:{port}")
+    for name, value in {**headers, "Content-Length": str(len(body))}.items():
+        connection.putheader(name, value)
+    connection.endheaders(body)
+    response = connection.getresponse()
+    data = response.read()
+    connection.close()
+    is_json = response.getheader("content-type", "").startswith("application/json")
+    return response.status, response.getheaders(), json.loads(data) if data and is_json else data
+
+
+def test_one_request_cannot_exhaust_the_server(server):
+    """80 [MASK]s with top_k 1e9 once took 2.3 GB and 49 s; every limit is refused at once, in one line."""
+    import resource
+
+    import nanobert.serve as serve_module
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB, the process's high-water mark
+    text = " ".join(["alpha [MASK]"] * 80)
+    for body, needle in [
+        ({"text": text, "top_k": 1_000_000_000}, f"more than {MAX_MASKS} [MASK]s"),  # the issue's request
+        ({"text": "alpha [MASK]", "top_k": 1_000_000_000}, "top_k must be a whole number from 1 to 20"),
+        ({"text": text, "top_k": 1}, f"more than {MAX_MASKS} [MASK]s"),
+        ({"text": "alpha " * 5000}, "the page takes 20000 at most"),
+    ]:
+        start = time.monotonic()
+        status, answer = call(server, "fill-mask", body)
+        assert time.monotonic() - start < 1.0
+        assert status == 400 and needle in answer["error"] and "\n" not in answer["error"], answer
+    assert call(server, "generate", {"prompt": "a", "max_new_tokens": 10**6})[1]["error"].startswith(
+        "max_new_tokens must be a whole number from 1 to 200"
+    )
+    serve_module.MAX_ATTENTION_CELLS, limit = 2 * 4 * 20**2, MAX_ATTENTION_CELLS  # 20 tokens, tiny model
+    try:
+        status, answer = call(server, "attention", {"text_a": "alpha bravo " * 20})
+        assert status == 400 and "more than the page sends" in answer["error"], answer
+        assert call(server, "attention", {"text_a": "alpha bravo"})[0] == 200
+    finally:
+        serve_module.MAX_ATTENTION_CELLS = limit
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 50_000  # no new high-water mark
+
+
+def test_too_many_model_requests_at_once_are_told_the_page_is_busy(run):
+    served = Served(run)
+    answer, release = served._answer, threading.Event()
+
+    def held(route, body):
+        release.wait(10)
+        return answer(route, body)
+
+    served._answer = held
+    with serving(served) as base:
+        ask = {"text": "alpha [MASK] ."}
+        threads = [threading.Thread(target=call, args=(base, "fill-mask", ask)) for _ in range(5)]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.5)  # one being answered, four waiting: the limit
+        status, answer_ = call(base, "fill-mask", ask)
+        release.set()
+        for thread in threads:
+            thread.join()
+        assert status == 503 and answer_["error"].startswith("busy:")
+        assert call(base, "fill-mask", ask)[0] == 200
+
+
+def test_other_sites_cannot_drive_the_page(server):
+    """DNS rebinding (a foreign Host), a cross-origin POST, a text/plain body, the Host-built redirect."""
+    body = json.dumps({"text": "alpha [MASK] ."}).encode()
+    port = server.rsplit(":", 1)[1]
+    as_json = {"Content-Type": "application/json"}
+    for headers, status, needle in [
+        ({**as_json, "Host": f"evil.example:{port}"}, 403, "not a name of this machine"),
+        ({**as_json, "Origin": "http://evil.example"}, 403, "from another site"),
+        ({**as_json, "Origin": "null"}, 403, "from another site"),
+        ({"Content-Type": "text/plain"}, 415, "application/json"),
+        ({}, 415, "application/json"),
+    ]:
+        got, _, answer = raw(server, "POST", "/api/fill-mask", body, headers)
+        assert got == status and needle in answer["error"], (headers, answer)
+    assert raw(server, "GET", "/api/info", headers={"Host": "evil.example"})[0] == 403
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", "localhost"):  # this machine's own names
+        assert raw(server, "GET", "/api/info", headers={"Host": host})[0] == 200
+    own = {**as_json, "Origin": server}  # the page itself
+    assert raw(server, "POST", "/api/fill-mask", body, own)[0] == 200
+    status, headers, answer = raw(server, "GET", "/api/info/", headers={"Host": f"localhost:{port}"})
+    assert status == 404 and "location" not in {k.lower() for k, _ in headers}  # was a 307 to Host
+    info = call(server, "info")[1]
+    assert not info["path"].startswith("/") and not info["checkpoint"].startswith("/")
+    assert "/" + info["path"] not in json.dumps(info) or info["checkpoint"] == "run/best"
+    assert refusal("GET", {"host": "[::1]:8000"}, allowed_hosts("127.0.0.1")) is None
+    assert "lan.example" in allowed_hosts("0.0.0.0", ("lan.example:8000",))
+    assert "0.0.0.0" not in allowed_hosts("0.0.0.0")
+
+
+def test_errors_name_no_absolute_path(run, tmp_path):
+    causal = train_tiny_checkpoint(tmp_path / "causal", objective="causal")
+    with serving(causal) as base:
+        error = call(base, "classify", {"text": "alpha"})[1]["error"]
+        assert str(tmp_path) not in error and error.startswith("best is not a fine-tuned classifier"), error
+
+
+def test_the_page_and_its_assets_answer_as_the_readme_says(server):
+    assert raw(server, "GET", "/static/missing")[0] == 404
+    assert raw(server, "GET", "/static/app.js")[0] == 200
+    status, _, answer = raw(server, "HEAD", "/")
+    assert status == 405
+    assert raw(server, "POST", "/", b"{}", {"Content-Type": "application/json"})[2]["error"] == (
+        "/ takes GET, not POST"
+    )
+
+
+def test_the_readme_states_the_limits_the_page_enforces():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for fact in [
+        f"| request body | {MAX_BODY_BYTES >> 20} MiB |",
+        f"| text length | {MAX_TEXT_CHARS:,} characters per text field |",
+        f"| `[MASK]`s in one text | {MAX_MASKS} |",
+        f"| `top_k` (fill-mask, explain, generate) | 1 to {WHOLE_FIELDS['top_k'][1]} |",
+        f"| `max_new_tokens` (generate) | 1 to {WHOLE_FIELDS['max_new_tokens'][1]} |",
+        f"| attention maps | {MAX_ATTENTION_CELLS:,} numbers",
+        f"one model request at a time, {MAX_WAITING} more waiting",
+        f"within {HEADER_TIMEOUT_S:g} s of connecting or of the last answer; "
+        f"idle keep-alive {KEEP_ALIVE_S} s",
+        "404 for an unknown path (`/static/missing` too), 405 for a wrong method (`HEAD /` too",
+    ]:
+        assert fact in readme, fact
+
+
+def test_idle_and_slow_connections_are_closed(run, monkeypatch):
+    import socket
+
+    import nanobert.serve as serve_module
+
+    monkeypatch.setattr(serve_module, "HEADER_TIMEOUT_S", 0.5)
+    with serving(run) as base:
+        host, port = base.removeprefix("http://").split(":")
+        for sent in (b"", b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n"):  # nothing; headers never finished
+            with socket.create_connection((host, int(port)), timeout=5) as connection:
+                connection.sendall(sent)
+                start = time.monotonic()
+                assert connection.recv(100) == b""  # closed by the server, not by our 5 s timeout
+                assert time.monotonic() - start < 3
+        assert call(base, "info")[0] == 200
 
 
 def test_the_run_view_data_and_other_checkpoint_kinds(run, tmp_path, capsys):
@@ -230,11 +400,11 @@ def test_a_run_gets_its_model_when_a_checkpoint_appears(run, tmp_path):
         assert "no checkpoint yet" in call(base, "fill-mask", ask)[1]["error"]
         swap_in(run / "last", live / "last")
         info = call(base, "info")[1]  # the page asks again while it shows only the run
-        assert info["checkpoint"] == str(live / "last") and info["panels"][:2] == ["fill-mask", "nsp"]
+        assert info["checkpoint"] == "live/last" and info["panels"][:2] == ["fill-mask", "nsp"]
         assert call(base, "fill-mask", ask)[0] == 200
         swap_in(run / "best", live / "best")  # best/ is preferred once it exists
         status, from_best = call(base, "fill-mask", ask)
-        assert status == 200 and call(base, "info")[1]["checkpoint"] == str(live / "best")
+        assert status == 200 and call(base, "info")[1]["checkpoint"] == "live/best"
         newer = tmp_path / "newer"  # a newer best/: other weights, so other answers
         shutil.copytree(run / "best", newer)
         weights = load_file(newer / "model.safetensors")
@@ -258,7 +428,7 @@ def test_a_broken_best_falls_back_to_last(run, tmp_path):
     (live / "best" / "config.json").write_text("garbage{")
     with serving(live) as base:
         info = call(base, "info")[1]
-        assert info["checkpoint"] == str(live / "last") and "showing" in info["error"]
+        assert info["checkpoint"] == "live/last" and "showing" in info["error"]
         assert call(base, "fill-mask", {"text": "alpha [MASK] charlie ."})[0] == 200
 
 
@@ -531,7 +701,7 @@ def test_a_run_in_progress_refreshes(browser, tmp_path):
         page.wait_for_function(f"{state}.includes('step 3')")
         page.wait_for_selector("nav button[data-panel=fill-mask]")
         assert page.get_attribute("nav button.active", "data-panel") == "run"  # still the view looked at
-        assert "checkpoint " + str(run / "last") in page.inner_text("#what")
+        assert "checkpoint run/last" in page.inner_text("#what")  # named from the run on, no absolute path
         page.click("nav button[data-panel=fill-mask]")
         page.click("#fill-go")
         page.wait_for_selector("#fill-filled")
@@ -578,5 +748,5 @@ def test_a_dead_writers_leftover_does_not_keep_best_from_being_served(run, tmp_p
     shutil.copytree(run, live)
     shutil.copytree(run / "best", live / f".best.old-{child.pid}")
     with serving(live) as base:
-        assert call(base, "info")[1]["checkpoint"] == str(live / "best")
+        assert call(base, "info")[1]["checkpoint"] == "live/best"
         assert call(base, "fill-mask", {"text": "alpha [MASK] charlie ."})[0] == 200

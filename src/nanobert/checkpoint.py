@@ -23,7 +23,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from nanobert.config import ModelConfig, TrainConfig, config_from_dict, config_to_dict
-from nanobert.errors import NanobertError
+from nanobert.errors import NanobertError, raise_user_os_error
 from nanobert.model import (
     BertForPreTraining,
     BertForQuestionAnswering,
@@ -123,11 +123,20 @@ def write_atomically(directory: str | Path, write: Any) -> Path:
     tmp = directory.with_name(f".{directory.name}.tmp-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
-    tmp.mkdir()
-    write(tmp)
-    for f in tmp.iterdir():  # make the bytes durable before the rename publishes them
-        with open(f, "rb") as fh:
-            os.fsync(fh.fileno())
+    try:
+        tmp.mkdir()
+        write(tmp)
+        for f in tmp.rglob("*"):  # make the bytes durable before the rename publishes them
+            if f.is_file():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
+    except BaseException as e:  # a full disk, no permission, an interrupt: the old one stays, the part goes
+        kept = f"{directory} is unchanged" if directory.exists() else f"nothing was written to {directory}"
+        try:
+            raise_user_os_error(e, directory, kept, own=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if directory.exists():
         old = directory.with_name(f".{directory.name}.old-{os.getpid()}")
         if old.exists():  # left by an earlier process that had this PID
@@ -168,8 +177,9 @@ def save_checkpoint(
         save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
         if tokenizer is not None:
             save_tokenizer(tokenizer, tmp)
-        if trainer_state is not None:
-            torch.save(trainer_state, tmp / TRAINER_STATE_NAME)
+        if trainer_state is not None:  # through a Python file, so that a full disk raises its OSError
+            with open(tmp / TRAINER_STATE_NAME, "wb") as f:
+                torch.save(trainer_state, f)
 
     return write_atomically(directory, write)
 
@@ -207,8 +217,11 @@ def load_state_dict(directory: str | Path) -> dict[str, torch.Tensor]:
     if not path.is_file():
         raise NanobertError(f"checkpoint {directory} has no {WEIGHTS_NAME}")
     try:
+        with open(path, "rb"):  # unreadable is not corrupt: say which (safetensors calls it "No such file")
+            pass
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise_user_os_error(e, path)
         raise NanobertError(
             f"{path} is corrupt or truncated ({str(e).splitlines()[0]}); "
             "use another checkpoint (e.g. best/ instead of last/)"
@@ -301,7 +314,22 @@ def load_qa(
     directory = _best_of_run(Path(directory))
     wanted = "a question-answering model (finetune --task qa)"
     model, config = _load(directory, map_location, QUESTION_ANSWERING, BertForQuestionAnswering, wanted)
-    return model, load_tokenizer(directory), config
+    return model, checkpoint_tokenizer(directory, model, config), config
+
+
+def checkpoint_tokenizer(directory: str | Path, model: torch.nn.Module, config: dict) -> Any:
+    """The tokenizer saved with a checkpoint, refused unless its vocabulary is the model's: a larger one has
+    ids the model lacks, a smaller one (a tokenizer.json copied from another run) numbers the words another
+    way, and both give wrong answers. Only an imported transformers model may have more rows than its
+    tokenizer has words (some pad their vocabulary)."""
+    tokenizer = load_tokenizer(directory)
+    words, rows = tokenizer.get_vocab_size(), model.config.vocab_size
+    if words > rows or (words < rows and "imported_from" not in config):
+        raise NanobertError(
+            f"{Path(directory) / 'tokenizer.json'} has {words} tokens but the model has {rows}: it belongs "
+            "to another model (copied from another run?); use the checkpoint's own tokenizer files"
+        )
+    return tokenizer
 
 
 def _best_of_run(directory: Path) -> Path:
@@ -332,7 +360,7 @@ def load_finetuned(
     if problem:
         raise NanobertError(f"{directory}/{CONFIG_NAME}: invalid fine-tuned model config ({problem})")
     model = _fill(model, directory)
-    return model.to(map_location).eval(), load_tokenizer(directory), config
+    return model.to(map_location).eval(), checkpoint_tokenizer(directory, model, config), config
 
 
 def _finetuned_problem(config: dict, num_labels: int, positions: int) -> str | None:
@@ -375,6 +403,7 @@ __all__ = [
     "QUESTION_ANSWERING",
     "SEQUENCE_CLASSIFICATION",
     "checkpoint_kind",
+    "checkpoint_tokenizer",
     "load_causal_lm",
     "load_finetuned",
     "load_language_model",

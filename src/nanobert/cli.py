@@ -24,6 +24,14 @@ def _given(args, names) -> dict:
     return {k: v for k in names if (v := getattr(args, k, None)) is not None}
 
 
+def _exit_code(summary: dict) -> int:
+    """0 for a run that ended as planned; 128 + N for one a signal N stopped (130 for Ctrl-C, 143 for
+    SIGTERM), as a shell reports a process the signal killed, so that a script or scheduler sees that the
+    run did not finish (its last/ is resumable)."""
+    number = summary.get("stopped_by_signal")
+    return 128 + number if number else 0
+
+
 def _run_dir(out: str | None, name: str) -> Path:
     """Where a new run goes: --out, else runs/NAME-TIMESTAMP."""
     return Path(out) if out else Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -126,7 +134,7 @@ def _cmd_pretrain(args) -> int:
     summary = pretrain(model_config, train_config, sources, out, **options)
     if not summary.get("rank", 0):  # under torchrun, rank 0 alone prints the result
         _print_json({"out": str(out), **{key: summary[field] for key, field in _PRETRAIN_RESULT.items()}})
-    return 0
+    return _exit_code(summary)
 
 
 # What `nanobert pretrain` prints: key -> summary field.
@@ -345,7 +353,7 @@ def _cmd_finetune(args) -> int:
     options = {k: getattr(args, k) for k in ("from_scratch", "overwrite", "quiet")}
     summary = finetune(args.checkpoint, spec, args.train, args.dev, out, cfg, test_file=args.test, **options)
     _print_json({"out": str(out), **{k: summary[k] for k in _FINETUNE_RESULT}})
-    return 0
+    return _exit_code(summary)
 
 
 def _finetune_config(config_class, args):
@@ -379,7 +387,7 @@ def _cmd_finetune_qa(args) -> int:
     options = {k: getattr(args, k) for k in ("from_scratch", "overwrite", "quiet")}
     summary = finetune_qa(args.checkpoint, args.train, args.dev, out, cfg, test_file=args.test, **options)
     _print_json({"out": str(out), **{k: summary[k] for k in _FINETUNE_RESULT}})
-    return 0
+    return _exit_code(summary)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -427,6 +435,7 @@ def _cmd_predict(args) -> int:
         _print_json(result)
     elif "metrics" in result:  # the rows went to stdout: keep it clean, the scores go to stderr
         print("nanobert: " + json.dumps(result["metrics"]), file=sys.stderr)
+    _say_cut(result.get("texts_cut", 0), "texts")
     if "metrics_skipped" in result:  # labelled input that could not be scored: say why, wherever rows went
         print(f"nanobert: not scored: {result['metrics_skipped']}", file=sys.stderr)
     return 0
@@ -570,9 +579,22 @@ def _add_embed(sub) -> None:
 def _cmd_embed(args) -> int:
     from nanobert.inference import embed_file
 
-    path, shape = embed_file(_load_for_inference(args), args.input, args.out, batch_size=args.batch_size)
+    path, shape, cut = embed_file(_load_for_inference(args), args.input, args.out, batch_size=args.batch_size)
+    _say_cut(cut, "lines")
     text = f"wrote {path}: {shape[0]} embeddings of size {shape[1]} (float32)"
     return _emit(args, {"out": str(path), "shape": list(shape), "dtype": "float32"}, text)
+
+
+def _say_cut(cut: int, what: str) -> None:
+    """The one note for texts cut before tokenizing (the model reads only the start of each)."""
+    if cut:
+        from nanobert.tokenizer import CHARS_PER_POSITION
+
+        print(
+            f"nanobert: {cut} {what} longer than {CHARS_PER_POSITION} characters per model position were cut "
+            "there before tokenizing; the model reads only the start of each anyway",
+            file=sys.stderr,
+        )
 
 
 def _add_attention(sub) -> None:
@@ -770,6 +792,13 @@ def _add_serve(sub) -> None:
     p.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine only)")
     p.add_argument("--port", type=int, default=8000, help="default 8000; 0 picks a free port")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu")
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests for this host name (default: localhost, 127.0.0.1, ::1 and --host)",
+    )
 
 
 def _cmd_serve(args) -> int:
@@ -777,7 +806,7 @@ def _cmd_serve(args) -> int:
     (its curves, refreshed while it trains). Ctrl-C stops it."""
     from nanobert.serve import serve
 
-    serve(args.path, host=args.host, port=args.port, device=args.device)
+    serve(args.path, host=args.host, port=args.port, device=args.device, allow_hosts=tuple(args.allow_host))
     return 0
 
 

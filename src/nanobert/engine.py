@@ -153,6 +153,7 @@ class Outcome:
     final: dict[str, float]  # the held-out metrics at the last step
     signalled: bool
     data_state: dict[str, Any]  # the data position after the last batch trained on
+    signal: int | None = None  # the signal that stopped the run (SIGTERM on a rank that only heard of it)
 
 
 class SignalRecorder:
@@ -393,7 +394,8 @@ class _Loop:
             self.evaluate()
         if self.plan.resumable:
             self.save("last")
-        return Outcome(reason, self.last_metrics, signalled, self.data_state)
+        number = (self.signals.received or [signal.SIGTERM])[0] if signalled else None
+        return Outcome(reason, self.last_metrics, signalled, self.data_state, int(number) if number else None)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -494,6 +496,7 @@ def run_summary(run: RunState, outcome: Outcome, wall_start: float, model: nn.Mo
         "final": {"step": run.step, **outcome.final},
         "best": run.best(),
         "stop_reason": outcome.stop_reason,
+        "stopped_by_signal": outcome.signal,  # a stopped run is no finished one: the CLI exits 128 + this
         "steps": run.step,
         "train_time_s": round(run.train_time, 2),
         "wall_time_s": round(time.perf_counter() - wall_start, 2),

@@ -6,10 +6,15 @@ so users never see a traceback for their own mistakes. Bugs stay ordinary except
 """
 
 import argparse
+import errno
 import os
+import re
+import shutil
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import IO
 
 
 class NanobertError(Exception):
@@ -119,6 +124,117 @@ def check_output_dir(
     return out
 
 
+# What the user can do about an OSError their machine caused, by errno. Any other errno is a bug's.
+_CAUSES = {
+    errno.ENOSPC: "no space left on the device; free some space or choose another place",
+    errno.EDQUOT: "disk quota exceeded; free some space or choose another place",
+    errno.EFBIG: "the file is too large for this file system; choose another place",
+    errno.EACCES: "permission denied; check its permissions or choose another place",
+    errno.EPERM: "operation not permitted; check its permissions or choose another place",
+    errno.EROFS: "the file system is read-only; choose another place",
+    errno.EISDIR: "it is a directory, where a file is expected",
+    errno.ENOTDIR: "a part of the path is a file, where a folder is expected",
+    errno.ENOENT: "no such file or directory",
+    errno.ENAMETOOLONG: "the name is too long",
+    errno.ELOOP: "too many levels of symbolic links",
+}
+
+
+def os_cause(error: BaseException) -> OSError | None:
+    """The OSError behind `error`: itself, one it was raised from or during (torch.save's RuntimeError while
+    writing to a file object), or the one a Rust library names as "(os error N)" (safetensors, tokenizers)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    found = re.search(r"\(os error (\d+)\)", str(error))
+    return OSError(int(found.group(1)), os.strerror(int(found.group(1)))) if found else None
+
+
+def user_os_error(
+    error: BaseException, path: str | Path | None = None, own: bool = False
+) -> NanobertError | None:
+    """A one-line NanobertError naming the path and the cause, for an OSError a user can fix (no space, no
+    permission, a read-only folder, a folder where a file goes, a missing file) behind `error`; else None
+    (a bug keeps its traceback). `path` is the file the caller worked on, named when the error names none,
+    or always with `own` (the error names a temporary file the user never asked for)."""
+    cause = os_cause(error)
+    if cause is None or cause.errno not in _CAUSES:
+        return None
+    named = path if own or cause.filename is None else cause.filename
+    where = f"{os.fsdecode(named)}: " if named is not None else ""
+    return NanobertError(f"{where}{_CAUSES[cause.errno]}")
+
+
+def raise_user_os_error(error: BaseException, path: str | Path, kept: str = "", own: bool = False) -> None:
+    """Raise `user_os_error(error, path, own)` from None, with `kept` (what is unchanged) added, if it is
+    one. A short write that names no errno (NumPy's "N requested and M written") on a full file system is
+    the full disk's."""
+    if isinstance(error, OSError) and error.errno is None and _full(Path(path)):
+        error = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    user = user_os_error(error, path, own)
+    if user is not None:
+        raise NanobertError(f"{user}{f' ({kept})' if kept else ''}") from None
+
+
+def _full(path: Path) -> bool:
+    """Whether the file system that holds `path` (or its nearest existing folder) has no room left."""
+    folder = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    try:
+        return shutil.disk_usage(folder).free < (1 << 16)
+    except OSError:
+        return False
+
+
+@contextmanager
+def atomic_file(path: str | Path, mode: str = "w", **open_args) -> Iterator[IO]:
+    """Open a hidden temporary file beside `path` for writing; when the block ends, make it durable and
+    rename it onto `path` (os.replace), so that `path` holds the old content or the new, never a part.
+
+    The file counterpart of checkpoint.write_atomically's directories. If the block fails, the temporary
+    file goes and the old `path` stays; an OSError the user can fix becomes a one-line NanobertError.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    kept = f"{path} is unchanged" if path.exists() else ""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, mode, **open_args) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:  # the cause first: a full disk is told by the space the part still takes
+            raise_user_os_error(e, path, kept, own=True)
+        finally:
+            with suppress(OSError):
+                tmp.unlink(missing_ok=True)
+        raise
+
+
+def check_room(folder: str | Path, need: int, what: str) -> None:
+    """NanobertError unless `folder` (or, before it exists, the nearest folder above it) takes a new file and
+    has about `need` bytes free for `what`: checked before a job deletes or replaces anything, so that a
+    read-only or full place fails at the start, not after hours of work with the old output gone."""
+    folder = Path(folder)
+    existing = next((p for p in (folder, *folder.parents) if p.is_dir()), Path("."))
+    probe = existing / f".nanobert-probe-{os.getpid()}"
+    try:
+        probe.touch()
+        probe.unlink()
+    except OSError as e:
+        raise_user_os_error(e, existing, own=True)
+        raise
+    free = shutil.disk_usage(existing).free
+    if free < need:
+        raise NanobertError(
+            f"{existing}: only {free / 1e6:.1f} MB free, and the {what} needs about {need / 1e6:.1f} MB; "
+            "free some space or choose another place (nothing was changed)"
+        )
+
+
 def run_script(prog: str, main: Callable[[], int | None]) -> int:
     """The exit code of `main()` for the `nanobert` CLI and the benchmark scripts: a NanobertError prints as
     one line, `prog: error: ...`, and gives 2; anything else (a bug) keeps its traceback."""
@@ -130,3 +246,9 @@ def run_script(prog: str, main: Callable[[], int | None]) -> int:
     except BrokenPipeError:  # stdout's reader left (`nanobert predict ... | head`): stop quietly, as cat does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail
         return 141  # 128 + SIGPIPE, what a shell reports for a writer whose pipe closed
+    except OSError as e:  # no space, no permission, ... wherever it happened; a bug's errno keeps its trace
+        user = user_os_error(e)
+        if user is None:
+            raise
+        print(f"{prog}: error: {user}", file=sys.stderr)
+        return 2

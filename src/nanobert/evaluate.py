@@ -22,7 +22,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from nanobert.checkpoint import CAUSAL_LM, checkpoint_kind, load_language_model, load_train_config
+from nanobert.checkpoint import (
+    CAUSAL_LM,
+    checkpoint_kind,
+    checkpoint_tokenizer,
+    load_language_model,
+    load_train_config,
+)
 from nanobert.config import config_from_dict
 from nanobert.device import autocast, autocast_dtype, resolve_device
 from nanobert.errors import NanobertError
@@ -35,7 +41,6 @@ from nanobert.pretraining_data import (
     create_instances,
 )
 from nanobert.sources import DataSources
-from nanobert.tokenizer import load_tokenizer
 
 METRIC_KEYS = ("mlm_loss", "mlm_accuracy", "mlm_perplexity", "nsp_loss", "nsp_accuracy")
 CAUSAL_METRIC_KEYS = ("lm_loss", "lm_accuracy", "lm_perplexity")
@@ -192,7 +197,7 @@ def evaluate_checkpoint(
         raise NanobertError(f"--batch-size must be at least 1, got {batch_size}")
     dev = resolve_device(device)
     model, config = load_language_model(checkpoint, map_location=dev)
-    tokenizer = load_tokenizer(checkpoint)
+    tokenizer = checkpoint_tokenizer(checkpoint, model, config)
     train_config = load_train_config(config)
     if data is None and valid_file is None:
         sources = config_from_dict(DataSources, config.get("data") or {"data": None})

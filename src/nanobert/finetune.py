@@ -27,6 +27,7 @@ import torch
 from nanobert.adapt import adapt_encoder, check_adaptation
 from nanobert.checkpoint import (
     SEQUENCE_CLASSIFICATION,
+    checkpoint_tokenizer,
     load_finetuned,
     load_pretraining_checkpoint,
     load_state_dict,
@@ -50,7 +51,7 @@ from nanobert.metrics import compute_metrics
 from nanobert.model import BertForPreTraining, BertForSequenceClassification
 from nanobert.run_log import RunLog
 from nanobert.tabular import Column, detect_format, read_table, write_table
-from nanobert.tokenizer import encode_pairs, load_tokenizer
+from nanobert.tokenizer import count_cut, encode_pairs
 from nanobert.tuning import epoch_job, record_test, start_run, with_encoder, write_run_summary
 
 METRICS = {"classification": ("accuracy", "macro_f1", "mcc"), "regression": ("pearson", "spearman")}
@@ -125,8 +126,8 @@ def finetune(
         )
     check_adaptation(cfg, from_scratch)
     # setup: checkpoint and data first (every error before the output directory is touched), then the model
-    pretrained, _ = load_pretraining_checkpoint(checkpoint)
-    tokenizer = load_tokenizer(checkpoint)
+    pretrained, saved = load_pretraining_checkpoint(checkpoint)
+    tokenizer = checkpoint_tokenizer(checkpoint, pretrained, saved)
     files = {"train": train_file, "dev": dev_file, "test": test_file}
     splits, labels = _load_splits(files, spec, tokenizer, cfg.max_seq_len)
     num_labels = len(labels) if labels is not None else 1
@@ -370,6 +371,9 @@ def predict(
     write_table(table, dict(zip(names, values, strict=True)), out)
 
     result: dict[str, Any] = {"rows": len(table), "out": str(out) if out is not None else None, "task": task}
+    cut = count_cut(texts_a + (texts_b or []), int(config.get("max_seq_len", 128)))
+    if cut:  # cut before tokenizing (encode_pairs): a command says so once
+        result["texts_cut"] = cut
     label_col = columns.get("label")
     same_kind = label_col is not None and isinstance(label_col, int) == headerless
     if same_kind and table.column(label_col, required=False) is not None:

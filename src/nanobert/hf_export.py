@@ -32,6 +32,7 @@ from nanobert.checkpoint import (
     PRETRAINING,
     QUESTION_ANSWERING,
     checkpoint_kind,
+    checkpoint_tokenizer,
     load_language_model,
     load_qa,
     read_config,
@@ -41,7 +42,7 @@ from nanobert.checkpoint import (
 from nanobert.config import ModelConfig, config_from_dict
 from nanobert.errors import NanobertError, check_output_dir
 from nanobert.model import BertForPreTraining, BertLMHeadModel
-from nanobert.tokenizer import CLS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, load_tokenizer, save_tokenizer
+from nanobert.tokenizer import CLS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, save_tokenizer
 
 # nanobert name -> transformers name, for everything outside the repeated layers.
 _TOP_LEVEL = {
@@ -291,8 +292,8 @@ def export_hf(checkpoint: str | Path, out: str | Path, overwrite: bool = False) 
         hf_config = {**to_hf_config(model.config), "architectures": ["BertForQuestionAnswering"]}
         state = to_hf_qa_state_dict(model.state_dict(), model.config)
     else:
-        model, _ = load_language_model(checkpoint)
-        tokenizer = load_tokenizer(checkpoint)
+        model, saved = load_language_model(checkpoint)
+        tokenizer = checkpoint_tokenizer(checkpoint, model, saved)
         hf_config = to_hf_config(model.config)
         if model.config.is_decoder:
             # The causal model read `[CLS] text`, and [SEP] ends a document: a prompt must not end with it,

@@ -27,23 +27,25 @@ from typing import Any
 import numpy as np
 import torch
 
-from nanobert.checkpoint import CAUSAL_LM, PRETRAINING, load_language_model
+from nanobert.checkpoint import CAUSAL_LM, PRETRAINING, checkpoint_tokenizer, load_language_model
 from nanobert.corpus import check_text_file, utf8_lines
 from nanobert.device import resolve_device
-from nanobert.errors import NanobertError, check_output_file
+from nanobert.errors import NanobertError, atomic_file, check_output_file
 from nanobert.explain import Trace, explain
 from nanobert.model import BertForPreTraining, BertLMHeadModel
 from nanobert.scoring import Comparison, SentenceScore, score_sentences
 from nanobert.tokenizer import (
+    CHARS_PER_POSITION,
     CLS_ID,
     MASK_ID,
     NUM_SPECIAL_TOKENS,
     PAD_ID,
     SEP_ID,
     UNK_ID,
+    count_cut,
+    cut_to_window,
     encode_pair,
     encode_sentences,
-    load_tokenizer,
     pad,
 )
 
@@ -157,6 +159,12 @@ class InferenceModel:
                 f"the text has {words} words, more than the model's {self.max_length} positions hold with "
                 "its special tokens; shorten it"
             )
+        chars = len(text_a) + len(text_b or "")
+        if chars > self.max_length * CHARS_PER_POSITION:  # one endless word: as long, in one piece of text
+            raise NanobertError(
+                f"the text has {chars} characters, more than the model's {self.max_length} positions hold; "
+                "shorten it"
+            )
         if self.kind == CAUSAL_LM:
             text = text_a if text_b is None else f"{text_a} {text_b}"
             n = 1 + len(encode_sentences(self.tokenizer, [text])[0])
@@ -173,7 +181,7 @@ class InferenceModel:
         for BERT; for a causal model `[CLS]` and the text (B appended), all segment A, as it read its corpus.
         """
         if self.kind == CAUSAL_LM:
-            text = text_a if text_b is None else f"{text_a} {text_b}"
+            text = cut_to_window(text_a if text_b is None else f"{text_a} {text_b}", self.max_length)
             ids = [CLS_ID, *encode_sentences(self.tokenizer, [text])[0]][: self.max_length]
             return {"input_ids": ids, "token_type_ids": [0] * len(ids), "attention_mask": [1] * len(ids)}
         return encode_pair(self.tokenizer, text_a, text_b, max_length=self.max_length)
@@ -423,12 +431,7 @@ def load(checkpoint: str | Path, device: str = "cpu") -> InferenceModel:
     dev = resolve_device(device)
     model, config = load_language_model(checkpoint, map_location=dev)
     config = {**config, "path": str(checkpoint)}
-    tokenizer = load_tokenizer(checkpoint)
-    if tokenizer.get_vocab_size() > model.config.vocab_size:
-        raise NanobertError(
-            f"{checkpoint}: its tokenizer has {tokenizer.get_vocab_size()} tokens but the model only "
-            f"{model.config.vocab_size}; the checkpoint is inconsistent, use another one"
-        )
+    tokenizer = checkpoint_tokenizer(checkpoint, model, config)
     return InferenceModel(model, tokenizer, config)
 
 
@@ -445,18 +448,20 @@ def read_lines(path: str | Path) -> list[str]:
 
 def embed_file(
     model: InferenceModel, input_path: str | Path, out_path: str | Path, batch_size: int = 32
-) -> tuple[Path, tuple[int, ...]]:
+) -> tuple[Path, tuple[int, ...], int]:
     """Embed every line of a text file and save the (N, H) float32 matrix with `np.save`.
 
-    Returns the path written and the matrix's shape. Row i is line i of the input.
+    Returns the path written, the matrix's shape and how many lines were cut before tokenizing (longer than
+    any window holds: `cut_to_window`). Row i is line i of the input.
     """
     out_path = check_output_file(out_path, inputs=(check_text_file(input_path),))
     if out_path.suffix != ".npy":
         raise NanobertError(f"output {out_path} should end in .npy (it is written with np.save)")
-    vectors = model.embed(read_lines(input_path), batch_size=batch_size)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    np.save(out_path, vectors)
-    return out_path, tuple(vectors.shape)
+    lines = read_lines(input_path)
+    vectors = model.embed(lines, batch_size=batch_size)
+    with atomic_file(out_path, "wb") as f:  # a failed write keeps the old file
+        np.save(f, vectors)
+    return out_path, tuple(vectors.shape), count_cut(lines, model.max_length)
 
 
 __all__ = [

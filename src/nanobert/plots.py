@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nanobert.errors import NanobertError, check_output_file
+from nanobert.errors import NanobertError, atomic_file, check_output_file
 
 
 def curves_figure(metrics_path: str | Path) -> Any:
@@ -52,10 +52,18 @@ def curves_figure(metrics_path: str | Path) -> Any:
     return fig
 
 
+def save_figure(fig: Any, out_path: str | Path, dpi: int = 100) -> Path:
+    """Write `fig` to `out_path` in the format its suffix names (PNG without one), through a temporary file:
+    a failed write keeps the old picture."""
+    out_path = Path(out_path)
+    with atomic_file(out_path, "wb") as f:
+        fig.savefig(f, dpi=dpi, format=out_path.suffix[1:].lower() or "png")
+    return out_path
+
+
 def plot_curves(metrics_path: str | Path, out_path: str | Path) -> Path:
     """Draw `curves_figure(metrics_path)` to the PNG `out_path` (a run's curves.png)."""
-    curves_figure(metrics_path).savefig(out_path, dpi=100)
-    return Path(out_path)
+    return save_figure(curves_figure(metrics_path), out_path)
 
 
 # Figure geometry: one square heatmap per (layer, head), scaled with the number of tokens, plus room for the
@@ -127,8 +135,7 @@ def plot_attention(
     """Draw `attention_figure(maps, layer, head)` to a PNG (or another format matplotlib writes); the path
     is checked before any drawing."""
     out_path = image_path(out_path)
-    attention_figure(maps, layer, head, dpi).savefig(out_path, dpi=dpi)
-    return out_path
+    return save_figure(attention_figure(maps, layer, head, dpi), out_path, dpi)
 
 
 def plot_blimp(
@@ -164,8 +171,7 @@ def plot_blimp(
     ax.set_xlabel("accuracy (%)")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7, loc="lower right")
-    fig.savefig(out_path)
-    return out_path
+    return save_figure(fig, out_path)
 
 
 def image_path(out_path: str | Path) -> Path:

@@ -27,9 +27,7 @@ random B of a NotNext pair comes from any document of the split, read through th
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -38,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from nanobert.checkpoint import remove_stale_temporaries
+from nanobert.checkpoint import remove_stale_temporaries, write_atomically
 from nanobert.config import TrainConfig
 from nanobert.corpus import (
     WIKITEXT_HF_NAMES,
@@ -298,32 +296,26 @@ def prepare_corpus(
         del sample
     dtype = _token_dtype(tokenizer.get_vocab_size())
 
-    tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    try:
+    meta: dict[str, Any] = {}
+
+    def write(tmp: Path) -> None:  # into a temporary directory that replaces out_dir once whole
         save_tokenizer(tokenizer, tmp)
         splits = {
             name: _write_split(read(), tokenizer, tmp / name, dtype, say) for name, read in readers.items()
         }
-        meta = {
-            "format": FORMAT,
-            "version": VERSION,
-            "dtype": dtype.name,
-            "vocab_size": tokenizer.get_vocab_size(),
-            "source": {"data": data, "valid": valid},
-            "tokenizer": tokenizer_note,
-            "splits": splits,
-            "seconds": round(time.perf_counter() - start, 1),
-        }
+        meta.update(
+            format=FORMAT,
+            version=VERSION,
+            dtype=dtype.name,
+            vocab_size=tokenizer.get_vocab_size(),
+            source={"data": data, "valid": valid},
+            tokenizer=tokenizer_note,
+            splits=splits,
+            seconds=round(time.perf_counter() - start, 1),
+        )
         (tmp / META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
+
+    write_atomically(out_dir, write)  # as checkpoints: a full disk or a kill keeps the old corpus whole
     return meta
 
 

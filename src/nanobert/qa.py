@@ -25,18 +25,23 @@ import numpy as np
 import torch
 
 from nanobert.adapt import adapt_encoder, check_adaptation
-from nanobert.checkpoint import QUESTION_ANSWERING, load_pretraining_checkpoint, load_qa, load_state_dict
+from nanobert.checkpoint import (
+    QUESTION_ANSWERING,
+    checkpoint_tokenizer,
+    load_pretraining_checkpoint,
+    load_qa,
+    load_state_dict,
+)
 from nanobert.config import QAConfig, config_from_dict, config_to_dict
 from nanobert.device import autocast, autocast_dtype, resolve_device
 from nanobert.engine import fit
-from nanobert.errors import NanobertError, check_output_file
+from nanobert.errors import NanobertError, atomic_file, check_output_file
 from nanobert.evaluate import evaluating
 from nanobert.finetune_data import Encoded, length_sorted_batches
 from nanobert.inference import require_words
 from nanobert.metrics import squad_scores
 from nanobert.model import BertForPreTraining, BertForQuestionAnswering
 from nanobert.qa_data import Answer, QAExample, QAFeatures, best_answers, featurize, read_squad
-from nanobert.tokenizer import load_tokenizer
 from nanobert.tuning import epoch_job, record_test, start_run, with_encoder, write_run_summary
 
 
@@ -166,7 +171,7 @@ def finetune_qa(
     check_adaptation(cfg, from_scratch)
     # setup: checkpoint and data first (every error before the output directory is touched), then the model
     pretrained, saved = load_pretraining_checkpoint(checkpoint)
-    tokenizer = load_tokenizer(checkpoint)
+    tokenizer = checkpoint_tokenizer(checkpoint, pretrained, saved)
     splits, features = _qa_data(files, tokenizer, cfg, pretrained.config.max_position_embeddings)
     model = with_encoder(pretrained, BertForQuestionAnswering, from_scratch, cfg.seed, cfg.dropout)
     device = start_run(model, cfg, out_dir, overwrite, checkpoint, files)
@@ -279,8 +284,8 @@ def _write_answers(answers: dict[str, Answer], path: Path | None) -> dict[str, s
     if path is None:
         print(text, end="")
     else:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(text, encoding="utf-8")
+        with atomic_file(path, "w", encoding="utf-8") as f:  # a failed write keeps the old file
+            f.write(text)
     return texts
 
 

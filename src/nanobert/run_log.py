@@ -15,7 +15,14 @@ from typing import Any
 
 from tqdm.std import tqdm
 
-from nanobert.errors import NanobertError, check_output_folder, within
+from nanobert.errors import (
+    NanobertError,
+    atomic_file,
+    check_output_folder,
+    check_room,
+    raise_user_os_error,
+    within,
+)
 
 METRICS_NAME = "metrics.jsonl"
 SUMMARY_NAME = "summary.json"
@@ -25,9 +32,17 @@ RUN_ARTEFACTS = (METRICS_NAME, SUMMARY_NAME, "best", "last", "adapt", "predictio
 
 
 def prepare_out_dir(
-    out_dir: Path, overwrite: bool, *, resumable: bool = True, create: bool = True, inputs: tuple = ()
+    out_dir: Path,
+    overwrite: bool,
+    *,
+    resumable: bool = True,
+    create: bool = True,
+    inputs: tuple = (),
+    need: int = 0,
 ) -> None:
-    """Refuse to mix two runs in one directory unless asked; never delete anything before that check.
+    """Refuse to mix two runs in one directory unless asked, or a run with a folder of other files; never
+    delete anything before those checks and the check that `out_dir` can be written with `need` bytes free
+    (what the job's first checkpoint takes).
 
     With `overwrite`, the old run's logs go (its checkpoints are replaced atomically when the new run saves).
     `create=False` only checks (a job checks before loading its data, and creates once the data loaded; the
@@ -50,11 +65,23 @@ def prepare_out_dir(
                 f"{out_dir} already holds a run; pass --overwrite to replace it, {resume}"
                 "or choose another --out"
             )
-        if create:
-            for name in (METRICS_NAME, SUMMARY_NAME, CURVES_NAME):
-                (out_dir / name).unlink(missing_ok=True)
+    elif out_dir.is_dir() and any(not p.name.startswith(".") for p in out_dir.iterdir()):
+        raise NanobertError(  # as check_output_dir refuses for export-hf: a mistyped --out mixes in nothing
+            f"{out_dir} already exists and holds other files, not a run; choose another --out (a new or "
+            "empty folder)"
+        )
+    check_room(out_dir, need, "run's checkpoint")
     if create:
+        for name in (METRICS_NAME, SUMMARY_NAME, CURVES_NAME):
+            (out_dir / name).unlink(missing_ok=True)
         out_dir.mkdir(parents=True, exist_ok=True)
+
+
+def checkpoint_bytes(model: Any, trainer_state: bool) -> int:
+    """About what a checkpoint of `model` takes: its weights, and with `trainer_state` AdamW's two moments."""
+    weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    vocabulary = 40 * model.config.vocab_size  # tokenizer.json and vocab.txt: some 40 bytes a word
+    return weights * (3 if trainer_state else 1) + vocabulary
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
@@ -104,7 +131,8 @@ def read_summary(path: Path) -> dict[str, Any] | None:
 
 def write_summary(out_dir: Path, summary: dict[str, Any]) -> Path:
     path = out_dir / SUMMARY_NAME
-    path.write_text(json.dumps(summary, indent=2) + "\n")
+    with atomic_file(path) as f:  # the page reads it while it is written: never half a summary
+        f.write(json.dumps(summary, indent=2) + "\n")
     return path
 
 
@@ -142,13 +170,18 @@ class RunLog:
             return
         source = earlier if earlier is not None and earlier.resolve() != self.path.resolve() else self.path
         kept = [r for r in read_records(source) if r["step"] <= step]
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        with atomic_file(self.path) as f:  # a failed rewrite keeps the records as they were
+            f.write("".join(json.dumps(r) + "\n" for r in kept))
 
     def record(self, entry: dict[str, Any]) -> None:
         if not self.write:
             return
-        with open(self.path, "a") as f:
-            f.write(json.dumps(entry) + "\n")
+        try:  # appended: a failure leaves at most a part of this line, which readers skip
+            with open(self.path, "a") as f:
+                f.write(json.dumps(entry) + "\n")
+        except OSError as e:
+            raise_user_os_error(e, self.path)
+            raise
 
     def say(self, text: str) -> None:
         if self.quiet:
@@ -187,6 +220,7 @@ __all__ = [
     "RUN_ARTEFACTS",
     "SUMMARY_NAME",
     "RunLog",
+    "checkpoint_bytes",
     "in_notebook",
     "prepare_out_dir",
     "read_records",

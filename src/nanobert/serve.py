@@ -18,7 +18,11 @@ the same one the CLI command makes, so the page shows the CLI's numbers:
 
 A request the model cannot answer (a field of the wrong type, no [MASK], an empty text, a text longer than
 the model's window, fill-mask of a causal model) gets HTTP 400 with {"error": "..."}, the CLI's one-line
-message, and the server goes on. A run directory served while it trains has its checkpoint loaded once best/
+message, and the server goes on. Every request's work is bounded by the limits below (MAX_*, WHOLE_FIELDS;
+stated in the README), checked before the model runs. The page is for this machine's browser only: a Host
+header that is not one of this machine's names (DNS rebinding), a cross-origin Origin, or a body that is not
+application/json (a form another site can post without asking) is refused before any route runs, and no
+answer shows an absolute path. A run directory served while it trains has its checkpoint loaded once best/
 (else last/) appears, and reloaded when a newer one is swapped in (checkpoint.py renames it into place).
 """
 
@@ -68,9 +72,19 @@ NEEDS_PAIR = {"nsp", "similarity"}
 TAKES_PAIR = NEEDS_PAIR | {"attention", "explain", "score"}
 # The fields the page sends, by type; anything else in a body is ignored. Whole numbers: (least, most).
 TEXT_FIELDS = ("text", "text_a", "text_b", "prompt", "question", "context", "text_pair", "rule")
-WHOLE_FIELDS = {"top_k": (1, None), "max_new_tokens": (1, None), "seed": (0, 2**63 - 1)}
 # A question fits in 512 word pieces, a few kilobytes; a bigger body is refused before it is read or parsed.
 MAX_BODY_BYTES = 1 << 20
+# What one request may ask for, so that its work and its answer stay small (a fill-mask answer grows with
+# masks x top_k x text length; 80 masks with an unbounded top_k once took gigabytes). In the README.
+MAX_TEXT_CHARS = 20_000  # per text field; the model reads at most 512 word pieces of it anyway
+MAX_MASKS = 16  # [MASK]s in one text
+WHOLE_FIELDS = {"top_k": (1, 20), "max_new_tokens": (1, 200), "seed": (0, 2**63 - 1)}
+MAX_ATTENTION_CELLS = 4_000_000  # layers x heads x tokens^2 of one attention answer (some 30 MB of JSON)
+MAX_WAITING = 4  # model requests queued behind the one being answered; more are told the page is busy
+# Names of this machine a browser may use in its Host header; --allow-host adds others.
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+HEADER_TIMEOUT_S = 10.0  # a connection must finish each request's headers this soon after it opens or idles
+KEEP_ALIVE_S = 5  # an idle kept-alive connection closes after this
 
 
 def _shown(value: Any) -> str:
@@ -80,8 +94,9 @@ def _shown(value: Any) -> str:
 
 
 def checked_body(body: Any) -> dict[str, Any]:
-    """A request body with the fields the routes read type-checked (texts are strings; top_k, max_new_tokens
-    and seed whole numbers in range; temperature a finite number >= 0); null counts as absent.
+    """A request body with the fields the routes read type-checked and within the page's limits (texts are
+    strings of at most MAX_TEXT_CHARS with at most MAX_MASKS [MASK]s; top_k, max_new_tokens and seed whole
+    numbers in range; temperature a finite number >= 0); null counts as absent.
     NanobertError names the first wrong field, so the page can show it."""
     if not isinstance(body, dict):
         raise NanobertError("the request body must be a JSON object")
@@ -89,13 +104,21 @@ def checked_body(body: Any) -> dict[str, Any]:
     for key in TEXT_FIELDS:
         if key in body and not isinstance(body[key], str):
             raise NanobertError(f"{key} must be a text (a JSON string), not {_shown(body[key])}")
+        if len(body.get(key, "")) > MAX_TEXT_CHARS:
+            raise NanobertError(
+                f"{key} has {len(body[key])} characters; the page takes {MAX_TEXT_CHARS} at most"
+            )
+        if body.get(key, "").upper().count("[MASK]") > MAX_MASKS:
+            raise NanobertError(
+                f"{key} has more than {MAX_MASKS} [MASK]s; the page fills {MAX_MASKS} at most"
+            )
     for key, (least, most) in WHOLE_FIELDS.items():
         value = body.get(key)
         if value is None:
             continue
         whole = isinstance(value, int) and not isinstance(value, bool)
         if not whole or value < least or (most is not None and value > most):
-            within = f"from {least} to {most}" if most else f"of at least {least}"
+            within = f"from {least} to {most}"
             raise NanobertError(f"{key} must be a whole number {within}, not {_shown(value)}")
     temperature = body.get("temperature")
     if temperature is not None and (
@@ -119,6 +142,10 @@ def _stamp(checkpoint: Path) -> tuple[str, int, int] | None:
     except OSError:
         return None
     return str(checkpoint), stat.st_ino, stat.st_mtime_ns
+
+
+class Busy(NanobertError):
+    """Too many model requests at once: HTTP 503, try again."""
 
 
 class Served:
@@ -146,6 +173,7 @@ class Served:
         self.reload_error: str | None = None
         self.lock = threading.Lock()  # requests are answered from a thread pool: one load at a time
         self.model_lock = threading.Lock()  # and one model request at a time (info and run do not wait)
+        self.admitted = threading.BoundedSemaphore(1 + MAX_WAITING)  # the one answered and those waiting
         self.refresh()
 
     def refresh(self) -> None:
@@ -216,15 +244,27 @@ class Served:
         elif self.qa is not None:
             config = asdict(self.qa.model.config)
         return {
-            "path": str(self.path),
-            "checkpoint": str(self.checkpoint) if self.checkpoint else None,
+            "path": self.path.resolve().name,  # the page shows names, never where they lie on this machine
+            "checkpoint": self.shown(self.checkpoint) if self.checkpoint else None,
             "kind": self.kind,
             "panels": PANELS.get(self.kind, []) + (["run"] if self.run_dir else []),
             "model": config,
             "labels": self.classifier[2].get("labels") if self.classifier else None,
             "text_pair": bool(self.classifier and self.classifier[2]["columns"].get("text_pair") is not None),
-            "error": error,
+            "error": self.public(error) if error else None,
         }
+
+    def shown(self, path: Path) -> str:
+        """`path` as the page names it: from the served folder's own name on (RUN/best), not from /."""
+        name = self.path.resolve().name
+        return str(Path(name) / path.relative_to(self.path)) if path != self.path else name
+
+    def public(self, message: str) -> str:
+        """An error message with the folders above the served path left out (the page shows no absolute
+        path: a page that got one would learn the user's name and file layout)."""
+        for above in {str(self.path.resolve().parent), str(self.path.parent)} - {"", ".", "/"}:
+            message = message.replace(above.rstrip("/") + "/", "")
+        return message
 
     def run(self) -> dict[str, Any]:
         """metrics.jsonl's records and summary.json, as far as they are written (see run_log.scan_records)."""
@@ -248,9 +288,14 @@ class Served:
         if route not in ROUTES:
             raise NanobertError(f"unknown request {route!r}")
         body = checked_body(body)
-        self.refresh()
-        with self.model_lock:
-            return self._answer(route, body)
+        if not self.admitted.acquire(blocking=False):
+            raise Busy(f"busy: {MAX_WAITING} requests are already waiting for the model; try again shortly")
+        try:
+            self.refresh()
+            with self.model_lock:
+                return self._answer(route, body)
+        finally:
+            self.admitted.release()
 
     def _answer(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
         if route == "classify":
@@ -277,6 +322,7 @@ class Served:
         if route == "similarity":
             return {"cosine_similarity": model.similarity(a, b)}
         if route == "attention":
+            _check_attention_size(model, a, b)
             maps = model.attention(a, b)
             return {"tokens": maps.tokens, "attentions": maps.probs.round(4).tolist()}
         if route == "explain":
@@ -315,26 +361,70 @@ class Served:
         }
 
 
-def create_app(served: Served):
-    """The FastAPI application: the page, its assets and the JSON API."""
-    from fastapi import FastAPI, Request
-    from fastapi.concurrency import run_in_threadpool
-    from fastapi.responses import FileResponse, JSONResponse
+def _host_name(host: str) -> str:
+    """The name in a Host header or an --allow-host value, without its port: [::1]:8000 -> ::1."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    return host.rpartition(":")[0] if host.count(":") == 1 else host
+
+
+def allowed_hosts(host: str, extra: tuple[str, ...] = ()) -> set[str]:
+    """The Host names the page answers: this machine's own (LOCAL_HOSTS), the address it listens on when
+    that is one (not 0.0.0.0 or ::), and those `--allow-host` adds."""
+    names = {*LOCAL_HOSTS, *(_host_name(h) for h in extra)}
+    if _host_name(host) not in ("0.0.0.0", "::", ""):
+        names.add(_host_name(host))
+    return names
+
+
+def refusal(method: str, headers: dict[str, str], hosts: set[str]) -> tuple[int, str] | None:
+    """Why the page refuses a request before any route runs, as (HTTP status, message), or None.
+
+    Host must be one of `hosts` (a DNS-rebinding page reaches 127.0.0.1 under its own name); an Origin, which
+    a browser sends with a cross-site request, must be this page's own; a POST body must be application/json
+    (a form or text/plain body is one that any site may post without the browser asking first)."""
+    host = headers.get("host", "")
+    if _host_name(host) not in hosts:
+        return (
+            403,
+            f"the Host {host!r} is not a name of this machine; start serve with --allow-host to add it",
+        )
+    origin = headers.get("origin")
+    if origin is not None and origin.lower() not in (f"http://{host.lower()}", f"https://{host.lower()}"):
+        return 403, f"a request from another site ({origin}) is refused; open the page itself"
+    media = headers.get("content-type", "").partition(";")[0].strip().lower()
+    if method == "POST" and media != "application/json":
+        return 415, f"the body must be JSON sent as application/json, not {media or 'without a type'}"
+    return None
+
+
+def _guard(app, served: Served, hosts: set[str]) -> None:
+    """What `app` answers before and instead of its routes: the refusals of requests from elsewhere
+    (`refusal`), and every error as one {"error": ...} line with no absolute path in it."""
+    from fastapi import Request
+    from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException
 
-    app = FastAPI(title="nanobert", docs_url=None, redoc_url=None)
+    @app.middleware("http")
+    async def own_page_only(request: Request, call_next):
+        refused = refusal(request.method, dict(request.headers), hosts)
+        if refused is not None:
+            return JSONResponse({"error": refused[1]}, status_code=refused[0])
+        return await call_next(request)
 
     @app.exception_handler(NanobertError)
     async def user_error(request: Request, error: NanobertError) -> JSONResponse:
-        return JSONResponse({"error": str(error)}, status_code=400)
+        status = 503 if isinstance(error, Busy) else 400
+        return JSONResponse({"error": served.public(str(error))}, status_code=status)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
         """Unknown paths and methods, in the API's own {"error": ...} form."""
         path = request.url.path
         route = path.removeprefix("/api/") if path.startswith("/api/") else None
-        if error.status_code == 405 and (route in ROUTES or route in GET_ROUTES):
-            use = "GET" if route in GET_ROUTES else "POST"
+        if error.status_code == 405 and (route is None or route in ROUTES or route in GET_ROUTES):
+            use = "POST" if route in ROUTES else "GET"  # the page and its assets take GET only
             return JSONResponse({"error": f"{path} takes {use}, not {request.method}"}, status_code=405)
         if error.status_code in (404, 405):  # /api/{route} catches every name for POST only
             return JSONResponse({"error": f"no such path: {path}"}, status_code=404)
@@ -342,7 +432,34 @@ def create_app(served: Served):
 
     @app.exception_handler(Exception)
     async def bug(request: Request, error: Exception) -> JSONResponse:  # still JSON, for the page to show
-        return JSONResponse({"error": f"the server failed: {type(error).__name__}: {error}"}, status_code=500)
+        message = served.public(f"the server failed: {type(error).__name__}: {error}")
+        return JSONResponse({"error": message}, status_code=500)
+
+
+def _check_attention_size(model: InferenceModel, a: str, b: str | None) -> None:
+    """NanobertError when the attention maps of `a` (and `b`) would be more than MAX_ATTENTION_CELLS numbers
+    (they grow with layers x heads x tokens^2: a long text through a base-sized model is hundreds of MB)."""
+    config, n = model.model.config, len(model.encode(a, b)["input_ids"])
+    cells = config.num_hidden_layers * config.num_attention_heads * n * n
+    if cells > MAX_ATTENTION_CELLS:
+        most = int((MAX_ATTENTION_CELLS / (config.num_hidden_layers * config.num_attention_heads)) ** 0.5)
+        raise NanobertError(
+            f"the attention maps of {n} word pieces are {cells:,} numbers, more than the page sends "
+            f"({MAX_ATTENTION_CELLS:,}); shorten the text to about {most} word pieces"
+        )
+
+
+def create_app(served: Served, hosts: set[str] | None = None):
+    """The FastAPI application: the page, its assets and the JSON API; it answers requests for `hosts` (by
+    default `allowed_hosts("127.0.0.1")`, this machine's own names) from its own page only."""
+    from fastapi import FastAPI, Request
+    from fastapi.concurrency import run_in_threadpool
+    from fastapi.responses import FileResponse, JSONResponse
+    from starlette.exceptions import HTTPException
+
+    # redirect_slashes off: its 307 built the Location from the Host header, a rebinding page's name
+    app = FastAPI(title="nanobert", docs_url=None, redoc_url=None, redirect_slashes=False)
+    _guard(app, served, hosts if hosts is not None else allowed_hosts("127.0.0.1"))
 
     @app.get("/")
     def page() -> FileResponse:
@@ -352,7 +469,7 @@ def create_app(served: Served):
     def asset(name: str) -> FileResponse:
         path = WEB / name
         if path.parent != WEB or not path.is_file():
-            raise NanobertError(f"no such file: {name}")
+            raise HTTPException(404)
         return FileResponse(path)
 
     @app.get("/api/info")
@@ -414,8 +531,66 @@ def listening_port(host: str, port: int) -> int:
         ) from None
 
 
-def serve(path: str | Path, host: str = "127.0.0.1", port: int = 8000, device: str = "cpu") -> None:
-    """Serve PATH until Ctrl-C; prints the address to open. Port 0 picks a free port."""
+def _timed_protocol():
+    """uvicorn's h11 protocol with a deadline on each request's head: a connection that sends nothing, or
+    its request line and headers too slowly, closes HEADER_TIMEOUT_S after it opened or its last answer.
+    (uvicorn's own keep-alive timer starts only after an answer, and any byte stops it: an idle or dribbling
+    connection stayed open for ever.) A request whose headers arrived is not cut: its body is bounded."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class TimedH11Protocol(H11Protocol):
+        head_deadline = None
+
+        def _arm(self) -> None:
+            if self.head_deadline is not None:
+                self.head_deadline.cancel()
+            self.head_deadline = self.loop.call_later(HEADER_TIMEOUT_S, self._head_too_slow)
+
+        def _head_too_slow(self) -> None:
+            if self.cycle is None or self.cycle.response_complete:  # no request is being answered
+                self.transport.close()
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+        def connection_lost(self, exc) -> None:
+            if self.head_deadline is not None:
+                self.head_deadline.cancel()
+            super().connection_lost(exc)
+
+    return TimedH11Protocol
+
+
+def server_config(app, host: str, port: int, log_level: str = "warning"):
+    """The uvicorn configuration `serve` runs `app` with: idle and slow connections time out."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        http=_timed_protocol(),
+        timeout_keep_alive=KEEP_ALIVE_S,
+        server_header=False,
+    )
+
+
+def serve(
+    path: str | Path,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    device: str = "cpu",
+    allow_hosts: tuple[str, ...] = (),
+) -> None:
+    """Serve PATH until Ctrl-C; prints the address to open. Port 0 picks a free port. The page answers
+    requests that name this machine (localhost, 127.0.0.1, ::1, the --host address) or one of `allow_hosts`
+    in their Host header."""
     try:
         import uvicorn
     except ImportError:
@@ -425,7 +600,18 @@ def serve(path: str | Path, host: str = "127.0.0.1", port: int = 8000, device: s
     what = served.kind or "a run"
     shown = f"[{host}]" if ":" in host else host
     print(f"nanobert: serving {what} from {served.path} at http://{shown}:{port}/ (Ctrl-C stops)", flush=True)
-    uvicorn.run(create_app(served), host=host, port=port, log_level="warning")
+    app = create_app(served, allowed_hosts(host, allow_hosts))
+    uvicorn.Server(server_config(app, host, port)).run()
 
 
-__all__ = ["PANELS", "Served", "checked_body", "create_app", "listening_port", "serve"]
+__all__ = [
+    "PANELS",
+    "Served",
+    "allowed_hosts",
+    "checked_body",
+    "create_app",
+    "listening_port",
+    "refusal",
+    "serve",
+    "server_config",
+]

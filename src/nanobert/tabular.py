@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from nanobert.errors import NanobertError
+from nanobert.errors import NanobertError, atomic_file
 
 FORMATS = ("csv", "tsv", "jsonl")
 _EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
@@ -258,8 +258,7 @@ def write_table(table: Table, new_columns: dict[str, list[Any]], out: str | Path
     if out is None:
         emit(sys.stdout)
     elif isinstance(out, (str, Path)):
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        with open(out, "w", encoding="utf-8", newline="") as f:
+        with atomic_file(out, "w", encoding="utf-8", newline="") as f:  # a failed write keeps the old file
             emit(f)
     else:
         emit(out)

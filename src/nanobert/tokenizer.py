@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from nanobert.errors import NanobertError
+from nanobert.errors import NanobertError, raise_user_os_error
 
 __all__ = [
     "check_tokenizer_options",
@@ -36,6 +36,8 @@ __all__ = [
     "encode_documents",
     "encode_pair",
     "encode_pairs",
+    "count_cut",
+    "cut_to_window",
     "encode_sentences",
     "load_tokenizer",
     "pad",
@@ -247,8 +249,11 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
     if not path.is_file():
         raise NanobertError(f"{directory} has no {_TOKENIZER_FILE}; point at a directory written by nanobert")
     try:
+        with open(path, "rb"):  # unreadable is not malformed: a permission error names itself
+            pass
         tokenizer = Tokenizer.from_file(str(path))
     except Exception as exc:  # the Rust side raises a bare Exception for any parse error
+        raise_user_os_error(exc, path)
         raise NanobertError(f"cannot read {path} ({exc}); re-save the tokenizer or retrain it") from exc
     _check_special_ids(tokenizer)
     return tokenizer
@@ -285,6 +290,23 @@ def truncate_pair(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
     return len_a, len_b
 
 
+# A word piece covers at most 100 characters (WordPiece's longest word; a longer one is one [UNK]) and the
+# space before it, so the first `positions * CHARS_PER_POSITION` characters of a text hold more word pieces
+# than a window of `positions` keeps, unless the text is mostly blank.
+CHARS_PER_POSITION = 128
+
+
+def cut_to_window(text: str, positions: int) -> str:
+    """`text` without what lies past any window of `positions` word pieces, cut before tokenizing: a 200 MB
+    line then costs what a page of text does (the tokenizer once took 5 GB and aborted on one)."""
+    return text[: positions * CHARS_PER_POSITION]
+
+
+def count_cut(texts: list[str], positions: int) -> int:
+    """How many of `texts` `cut_to_window` shortens, for a command to say once."""
+    return sum(len(text) > positions * CHARS_PER_POSITION for text in texts)
+
+
 def encode_pairs(
     tokenizer: Tokenizer, texts_a: list[str], texts_b: list[str] | None = None, max_length: int | None = None
 ) -> tuple[list[list[int]], list[list[int]]]:
@@ -297,6 +319,9 @@ def encode_pairs(
     num_specials = 2 if texts_b is None else 3
     if max_length is not None and max_length < num_specials:
         raise NanobertError(f"max_length {max_length} cannot hold the specials; use at least {num_specials}")
+    if max_length is not None:  # the window keeps only the start of each text: never tokenize the rest
+        texts_a = [cut_to_window(text, max_length) for text in texts_a]
+        texts_b = None if texts_b is None else [cut_to_window(text, max_length) for text in texts_b]
     ids_a = encode_sentences(tokenizer, texts_a)
     ids_b = encode_sentences(tokenizer, texts_b) if texts_b is not None else [[]] * len(ids_a)
     input_ids, token_type_ids = [], []

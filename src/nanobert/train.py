@@ -38,6 +38,7 @@ from torch.nn.parallel import DistributedDataParallel
 from nanobert.checkpoint import (
     CONFIG_NAME,
     checkpoint_kind,
+    checkpoint_tokenizer,
     load_language_model,
     load_train_config,
     load_trainer_state,
@@ -67,7 +68,7 @@ from nanobert.optim import build_optimizer
 from nanobert.plots import plot_curves
 from nanobert.prepare import WindowedInstances
 from nanobert.pretraining_data import nsp_documents
-from nanobert.run_log import METRICS_NAME, RunLog, prepare_out_dir, write_summary
+from nanobert.run_log import METRICS_NAME, RunLog, checkpoint_bytes, prepare_out_dir, write_summary
 from nanobert.sources import DataSources
 from nanobert.streams import BatchStream, feeder
 from nanobert.tokenizer import encode_documents, load_tokenizer, train_tokenizer
@@ -181,7 +182,7 @@ def _setup(
     if resume_state is not None:
         _refuse_a_finished_run(resume, resume_state, _plan(cfg, stream, None))
     if ctx.is_main and not in_place:
-        prepare_out_dir(out_dir, overwrite)
+        prepare_out_dir(out_dir, overwrite, need=checkpoint_bytes(data.model, trainer_state=True))
     return _Setup(
         ctx, device, cfg, sources, out_dir, data.model, data.tokenizer, stream, held_out, data.note,
         data.counts, resume, resume_state,
@@ -236,8 +237,8 @@ def _data_and_model(
         raise NanobertError("--tokenizer cannot be combined with --prepared: the prepared corpus holds one")
     documents = sources.documents() if prepared is None else None
     if resume is not None:
-        tokenizer = load_tokenizer(resume)
         model, config = load_language_model(resume, map_location=device)
+        tokenizer = checkpoint_tokenizer(resume, model, config)
         if checkpoint_kind(config) != OBJECTIVES[cfg.objective].kind:
             raise NanobertError(
                 f"{resume} holds a {checkpoint_kind(config)} model; it cannot resume {cfg.objective}"

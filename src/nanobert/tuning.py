@@ -26,7 +26,7 @@ from nanobert.engine import Job, Outcome, Plan, RunState, precision_step, run_su
 from nanobert.finetune_data import Encoded, ExampleStream, collate
 from nanobert.model import BertForPreTraining
 from nanobert.optim import build_optimizer
-from nanobert.run_log import RunLog, prepare_out_dir, write_summary
+from nanobert.run_log import RunLog, checkpoint_bytes, prepare_out_dir, write_summary
 
 
 def with_encoder(
@@ -82,7 +82,8 @@ def start_run(
     data have loaded, so that every error in them comes before the output directory is touched."""
     device = resolve_device(cfg.device)
     model.to(device)
-    prepare_out_dir(out_dir, overwrite, resumable=False, inputs=(checkpoint, *files.values()))
+    need = checkpoint_bytes(model, trainer_state=False)
+    prepare_out_dir(out_dir, overwrite, resumable=False, inputs=(checkpoint, *files.values()), need=need)
     seed_run(cfg.seed)
     return device
 
