@@ -241,7 +241,7 @@ def evaluate_blimp(
     dtype: torch.dtype | None = None,
 ) -> BlimpReport:
     """Score every pair; with `vocab_counts` (`corpus_word_counts`), also the pairs BabyLM's filter keeps.
-    `progress` shows a bar on stderr; `dtype` is the autocast dtype (None: fp32; `scoring_precision`).
+    `progress` shows a bar on stderr; `dtype` is the dtype to score in (None: fp32; `scoring_precision`).
     NanobertError when the filter leaves no pair at all."""
     rule = check_rule(model, rule)
     start = time.perf_counter()

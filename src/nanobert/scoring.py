@@ -19,6 +19,7 @@ way is several times faster than one forward pass per sentence with the full (T,
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from nanobert.device import autocast, choose_precision
+from nanobert.device import choose_precision
 from nanobert.errors import NanobertError
 from nanobert.model import BertForPreTraining, BertLMHeadModel
 from nanobert.tokenizer import CLS_ID, MASK_ID, SEP_ID
@@ -222,9 +223,10 @@ def score_sentences(
     rule: `RULE_WITHIN_WORD` (default) or `RULE_ORIGINAL` for a masked model, `RULE_CAUSAL` (its only rule,
     the default) for a causal one. Runs the model in eval mode without gradients; the caller's mode is put
     back. `progress`, when given, is called with the number of texts each batch finished. `dtype`: None for
-    fp32 (the default), or an autocast dtype (torch.bfloat16: faster on CPUs with native bf16, each total
-    off by a few hundredths of a nat; `scoring_precision` chooses). Returns one `SentenceScore` per text, in
-    order. NanobertError for a text with no pieces, one too long for the model, or a rule that does not fit.
+    fp32 (the default), or torch.bfloat16 to score with a bf16 copy of the model (faster on CPUs with native
+    bf16; a sentence's total moves by up to ~0.2 nats; `scoring_precision` chooses). Returns one
+    `SentenceScore` per text, in order. NanobertError for a text with no pieces, one too long for the model,
+    or a rule that does not fit.
     """
     rule = check_rule(model, rule)
     if batch_tokens < 1:
@@ -238,20 +240,23 @@ def score_sentences(
 
 
 def _logprobs(model, encoded, rule: str, batch_tokens: int, progress, dtype) -> list[list[float]]:
-    """Each encoded sentence's piece log-probabilities, in eval mode (the caller's mode put back)."""
+    """Each encoded sentence's piece log-probabilities, in eval mode (the caller's mode put back). With a
+    `dtype`, a copy of the model in that dtype runs instead: weights and activations alike, which scored
+    BLiMP 1.3x faster than autocast on a 2-core AVX512-BF16 EPYC (autocast casts every activation back and
+    forth between the matrix multiplies and the fp32 LayerNorms)."""
     was_training = model.training
     model.eval()
     try:
-        with autocast(next(model.parameters()).device, dtype):
-            if rule == RULE_CAUSAL:
-                return _causal_logprobs(model, encoded, batch_tokens, progress)
-            return _masked_logprobs(model, encoded, rule, batch_tokens, progress)
+        scorer = copy.deepcopy(model).to(dtype) if dtype is not None else model
+        if rule == RULE_CAUSAL:
+            return _causal_logprobs(scorer, encoded, batch_tokens, progress)
+        return _masked_logprobs(scorer, encoded, rule, batch_tokens, progress)
     finally:
         model.train(was_training)
 
 
 def scoring_precision(model: torch.nn.Module, precision: str = "auto") -> tuple[torch.dtype | None, str]:
-    """The autocast dtype to score with (None = fp32) and why: fp32 or bf16 as asked, or for "auto" the
+    """The dtype to score in (None = fp32) and why: fp32 or bf16 as asked, or for "auto" the
     faster of the two on this machine, timed on one batch of this model's shape (`device.choose_precision`,
     cached per CPU and shape as training's choice is)."""
     config = model.config
