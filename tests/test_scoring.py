@@ -132,3 +132,11 @@ def test_a_tie_is_neither_sentence():
     assert Comparison(a, b).margin == pytest.approx(1.0)
     assert Comparison(a, a).preferred == "tie" and Comparison(a, a).margin == 0
     assert math.isfinite(Comparison(a, b).margin)
+
+
+def test_bf16_scores_with_a_copy_and_leaves_the_model_in_fp32(bert):
+    exact = score_sentences(bert.model, bert.tokenizer, SENTENCES)
+    fast = score_sentences(bert.model, bert.tokenizer, SENTENCES, dtype=torch.bfloat16)
+    assert next(bert.model.parameters()).dtype == torch.float32
+    assert [s.total for s in fast] == pytest.approx([s.total for s in exact], abs=0.5)
+    assert [s.tokens for s in fast] == [s.tokens for s in exact]
