@@ -13,8 +13,8 @@ Accuracy is split by where the token sits in its sentence: the first word, the l
 closing punctuation), or anywhere else. Each model's own held-out loss and perplexity are reported too
 (BERT: masked tokens; GPT: every next word of the test file). With `--blimp DIR` both are also scored on
 BLiMP's minimal pairs (`nanobert blimp`: BERT by pseudo-log-likelihood, GPT by log-likelihood), overall and
-by field, beside the published figures of the BLiMP paper. The two objectives train at once, one
-process and one thread each, so they share the machine evenly:
+by field, beside the published figures of the BLiMP repository's results (models_summary.jsonl). The two
+objectives train at once, one process and one thread each, so they share the machine evenly:
 
     python benchmarks/bert_vs_gpt.py --train ../shared/data/wikitext-2/wiki.valid.tokens \\
         --test ../shared/data/wikitext-2/wiki.test.tokens --time-budget 1800 --out runs/bert-vs-gpt \\
@@ -226,7 +226,7 @@ def blimp_markdown(scores: dict) -> str:
         by_field = " | ".join(f"{100 * s['fields'][f]:.1f}" for f in fields)
         lines.append(f"| {name} | **{100 * s['overall']:.1f}** | {by_field} | {s['seconds']:.0f} s |")
     for name, value in PUBLISHED.items():
-        lines.append(f"| {name} (BLiMP paper) | {value:.1f} |" + " |" * len(fields) + " |")
+        lines.append(f"| {name} (BLiMP repository's results) | {value:.1f} |" + " |" * len(fields) + " |")
     lines.append("| chance | 50.0 |" + " |" * len(fields) + " |")
     return "\n".join(lines)
 
@@ -301,7 +301,9 @@ def main() -> None:
     check_documents(args.test, "--test")
     check_output_file(out / "results.json")  # --out is not, and does not lie under, a file
     if args.blimp:
-        load_blimp(args.blimp, 1)  # BLiMP JSONL, before the training
+        load_blimp(args.blimp, args.blimp_limit)  # every line read as BLiMP now, not after the training
+    elif args.blimp_limit:
+        raise NanobertError("--blimp-limit needs --blimp DIR")
     if args.skip_training:
         for objective in ("mlm_nsp", "causal"):
             check_input_file(out / objective / "summary.json", "--skip-training needs a finished run:")

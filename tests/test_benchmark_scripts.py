@@ -3,6 +3,7 @@ replace or delete a user's files. Most tests run a script's `main` in this proce
 package, so each script is loaded from its file) with the long work replaced by a tripwire."""
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -261,9 +262,23 @@ def test_bert_vs_gpt_out_at_or_under_a_file_is_one_line(corpus, a_file, bert_vs_
 def test_bert_vs_gpt_reads_blimp_before_training(corpus, tmp_path, bert_vs_gpt, monkeypatch, capsys):
     not_blimp = tmp_path / "not_blimp.jsonl"
     not_blimp.write_text('{"text": "a sentence ."}\n')
-    for data, needle in ((not_blimp, "not a BLiMP pair"), (tmp_path / "missing", "no such BLiMP data")):
-        args = ["--train", corpus, "--test", corpus, "--time-budget", "1", "--out", tmp_path / "out"]
-        code, line = run_main(bert_vs_gpt, "bert_vs_gpt.py", [*args, "--blimp", data], monkeypatch, capsys)
+    late = tmp_path / "late.jsonl"  # a bad line after good ones is found before the training too
+    good = {
+        "sentence_good": "A b .",
+        "sentence_bad": "B a .",
+        "field": "f",
+        "linguistics_term": "t",
+        "UID": "u",
+    }
+    late.write_text(json.dumps(good) + "\n" + '{"text": 1}\n')
+    args = ["--train", corpus, "--test", corpus, "--time-budget", "1", "--out", tmp_path / "out"]
+    for extra, needle in (
+        (["--blimp", not_blimp], "not a BLiMP pair"),
+        (["--blimp", tmp_path / "missing"], "no such BLiMP data"),
+        (["--blimp", late], "line 2"),
+        (["--blimp-limit", "3"], "--blimp-limit needs --blimp"),
+    ):
+        code, line = run_main(bert_vs_gpt, "bert_vs_gpt.py", [*args, *extra], monkeypatch, capsys)
         assert code == 2 and needle in line
 
 

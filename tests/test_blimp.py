@@ -85,6 +85,8 @@ def test_reads_a_folder_a_file_and_a_limit(blimp_dir):
         ('["a", "b"]\n', "not a BLiMP pair"),
         (json.dumps(row("", "b .", "x")) + "\n", "empty sentence"),
         ("\n\n", "holds no BLiMP pair"),
+        ("[" * 100_000 + "\n", "line 1 is not JSON"),  # nesting past Python's recursion limit
+        ("1" * 5000 + "\n", "line 1 is not JSON"),  # an integer past Python's digit limit
     ],
 )
 def test_a_file_that_is_not_blimp_is_one_line(tmp_path, content, message):
@@ -112,7 +114,7 @@ def test_the_hub_copy_is_read_paradigm_by_paradigm(monkeypatch):
         return datasets.Dataset.from_dict({k: [v] * 3 for k, v in row("A b .", "B a .", name).items()})
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    monkeypatch.setattr("nanobert.corpus.hub_reachable", lambda: True)
+    monkeypatch.setattr("nanobert.blimp.hub_reachable", lambda: True)
     pairs = load_blimp(BLIMP_HUB, limit=2)
     assert calls == [(BLIMP_HUB, name, "train") for name in PARADIGMS] and len(PARADIGMS) == 67
     assert len(pairs) == 2 * 67 and pairs[0].paradigm == PARADIGMS[0]
@@ -143,6 +145,12 @@ def test_a_pair_scored_alike_counts_as_a_failure(checkpoint, blimp_dir):
     assert report.full.overall == 0.0 and report.full.ties == 1
 
 
+def test_no_pairs_is_an_error_not_a_division_by_zero(checkpoint):
+    m = load(checkpoint)
+    with pytest.raises(NanobertError, match="no BLiMP pairs"):
+        evaluate_blimp(m.model, m.tokenizer, [])
+
+
 def test_the_vocabulary_filter_keeps_pairs_whose_words_occur_twice(tmp_path):
     assert words("The cat's 2 mats.") == ["the", "cat", "s", "2", "mats"]
     corpus = tmp_path / "corpus.txt"
@@ -154,9 +162,14 @@ def test_the_vocabulary_filter_keeps_pairs_whose_words_occur_twice(tmp_path):
     assert known_pairs([kept, seen_once], counts) == [kept]
 
 
-def test_a_filter_that_leaves_nothing_is_one_line(checkpoint, blimp_dir, tmp_path, capsys):
+def test_a_filter_that_leaves_nothing_is_one_line(checkpoint, blimp_dir, tmp_path, capsys, monkeypatch):
     corpus = tmp_path / "other.txt"
     corpus.write_text("zulu yankee xray . zulu yankee xray .\n")
+
+    def tripwire(*args, **kwargs):
+        raise AssertionError("scored before finding that the filter keeps nothing")
+
+    monkeypatch.setattr("nanobert.blimp.score_pairs", tripwire)
     code, out, err = run_cli(
         capsys, "blimp", checkpoint, "--data", blimp_dir, "--vocab-from", corpus, "--quiet"
     )
@@ -210,7 +223,7 @@ def test_the_score_command(checkpoint, capsys):
     assert code == 0 and "log-likelihood" in out and "prefers" not in out
     code, out, _ = run_cli(capsys, "score", checkpoint, "Alpha bravo .", "Bravo alpha .")
     assert f"the model prefers {comparison.preferred} by {data['margin']:.2f} nats" in out
-    for argv in (["   "], ["Alpha .", ""], ["Alpha .", "--rule", "causal"]):
+    for argv in (["   "], ["Alpha .", ""], ["Alpha .", "--rule", "causal"], ["Alpha [MASK] bravo ."]):
         code, out, err = run_cli(capsys, "score", checkpoint, *argv)
         assert code == 2 and out == "" and len(err.splitlines()) == 1, err
 
@@ -242,3 +255,17 @@ def test_the_exported_causal_model_gives_the_same_scores(tmp_path, blimp_dir, be
     ours = [s.total for s in score_sentences(m.model, m.tokenizer, texts)]
     with torch.no_grad():
         assert bench.library_scores(hf, tokenizer, texts, "causal") == pytest.approx(ours, abs=1e-4)
+
+
+def test_the_cli_spells_the_library_constants():
+    """cli.py writes them out (it imports the library only when a command runs): they must not drift."""
+    from nanobert.cli import build_parser
+    from nanobert.scoring import DEFAULT_BATCH_TOKENS, MASKED_RULES
+
+    parser = build_parser()
+    args = parser.parse_args(["blimp", "CKPT"])
+    assert args.data == BLIMP_HUB and args.batch_tokens == DEFAULT_BATCH_TOKENS and args.precision == "fp32"
+    commands = parser._subparsers._group_actions[0].choices
+    for name in ("score", "blimp"):
+        (rule,) = [a for a in commands[name]._actions if a.dest == "rule"]
+        assert tuple(rule.choices) == MASKED_RULES

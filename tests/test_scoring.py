@@ -16,6 +16,7 @@ from nanobert.scoring import (
     RULE_WITHIN_WORD,
     Comparison,
     SentenceScore,
+    format_scores,
     masked_spans,
     score_sentences,
     word_ends,
@@ -114,6 +115,20 @@ def test_bad_sentences_are_one_line_errors(bert):
         score_sentences(bert.model, bert.tokenizer, ["\u200b"])
     with pytest.raises(NanobertError, match="positions"):
         score_sentences(bert.model, bert.tokenizer, ["alpha " * (bert.max_length + 1)])
+
+
+def test_typed_special_tokens_are_refused_unknown_words_are_not(bert):
+    for text in ("alpha [MASK] bravo .", "alpha [SEP] bravo", "[CLS] alpha", "alpha [PAD]"):
+        with pytest.raises(NanobertError, match="without special tokens"):
+            score_sentences(bert.model, bert.tokenizer, [text])
+    (score,) = score_sentences(bert.model, bert.tokenizer, ["alpha \u4e2d bravo ."])  # [UNK] is scored
+    assert "[UNK]" in score.tokens
+
+
+def test_three_sentences_are_labelled_a_b_c(bert):
+    text = format_scores(score_sentences(bert.model, bert.tokenizer, SENTENCES[:3]))
+    assert all(f"{label}: {s}" in text for label, s in zip("ABC", SENTENCES, strict=False))
+    assert "prefers" not in text  # a verdict is for two sentences
 
 
 def test_scoring_leaves_the_model_in_its_mode(bert):

@@ -2,7 +2,8 @@
 
 BLiMP (Warstadt et al. 2020, "BLiMP: The Benchmark of Linguistic Minimal Pairs for English") holds 67
 paradigms of 1,000 minimal pairs each ("The cats sleep." / "The cats sleeps."), grouped into 13 phenomena
-(`linguistics_term`) and four fields. A model passes a pair when it scores the grammatical sentence higher,
+(the release's `linguistics_term`; the paper's table counts 12, with the two s-selection paradigms under
+argument structure) and four fields. A model passes a pair when it scores the grammatical sentence higher,
 with no fine-tuning (`scoring.score_sentences`: pseudo-log-likelihood for a masked model, log-likelihood for a
 causal one); a tie fails, since a model that scores both alike has not told them apart. Accuracies are means
 over paradigms, the paper's convention (on the full suite, the same as over pairs), for the whole suite, each
@@ -30,7 +31,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from nanobert.corpus import check_text_file, load_documents, load_hf_dataset, utf8_lines
+from nanobert.corpus import check_text_file, hub_reachable, load_documents, load_hf_dataset, utf8_lines
 from nanobert.errors import NanobertError
 from nanobert.plots import plot_blimp
 from nanobert.scoring import DEFAULT_BATCH_TOKENS, RULE_NAMES, check_rule, score_sentences
@@ -129,7 +130,7 @@ def read_blimp_file(path: str | Path, limit: int | None = None) -> list[MinimalP
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, an integer over Python's digit limit, deep nesting
             raise NanobertError(f"{path} line {number} is not JSON; pass a BLiMP .jsonl file") from None
         pairs.append(_pair_from_row(row, f"{path} line {number}"))
     if not pairs:
@@ -139,9 +140,10 @@ def read_blimp_file(path: str | Path, limit: int | None = None) -> list[MinimalP
 
 def _from_hub(limit: int | None) -> list[MinimalPair]:
     advice = "pass the release's data/ folder (github.com/alexwarstadt/blimp) with --data DIR"
+    online = hub_reachable()  # once, not 67 times
     pairs = []
     for paradigm in PARADIGMS:
-        rows = load_hf_dataset(BLIMP_HUB, paradigm, "train", advice)
+        rows = load_hf_dataset(BLIMP_HUB, paradigm, "train", advice, online)
         rows = rows.select(range(min(limit, len(rows)))) if limit is not None else rows
         pairs += [_pair_from_row(row, f"{BLIMP_HUB} {paradigm} row {i}") for i, row in enumerate(rows)]
     return pairs
@@ -149,7 +151,8 @@ def _from_hub(limit: int | None) -> list[MinimalPair]:
 
 def load_blimp(source: str | Path = BLIMP_HUB, limit: int | None = None) -> list[MinimalPair]:
     """Minimal pairs from a directory of BLiMP JSONL files (every `*.jsonl` in it), one such file, or the
-    hub copy (`BLIMP_HUB`); with `limit`, the first `limit` pairs of each paradigm."""
+    hub copy (`BLIMP_HUB`); with `limit`, the first `limit` pairs of each paradigm (of each file: the
+    release keeps one paradigm a file)."""
     if limit is not None and limit < 1:
         raise NanobertError(f"the limit is pairs per paradigm, at least 1, not {limit}")
     if str(source) == BLIMP_HUB and not Path(source).exists():
@@ -244,18 +247,22 @@ def evaluate_blimp(
     `progress` shows a bar on stderr; `dtype` is the dtype to score in (None: fp32; `scoring_precision`).
     NanobertError when the filter leaves no pair at all."""
     rule = check_rule(model, rule)
-    start = time.perf_counter()
-    sentences = len({s for p in pairs for s in (p.good, p.bad)})
-    with tqdm(total=sentences, unit="sentence", disable=not progress, file=sys.stderr) as bar:
-        passed, tied = score_pairs(model, tokenizer, pairs, rule, batch_tokens, bar.update, dtype)
-    report = BlimpReport(rule, accuracies(pairs, passed, tied), seconds=time.perf_counter() - start)
-    if vocab_counts is not None:
+    if not pairs:
+        raise NanobertError("no BLiMP pairs to score")
+    keep = None
+    if vocab_counts is not None:  # before the scoring, which the filter does not depend on
         keep = [i for i, p in enumerate(pairs) if known_pairs([p], vocab_counts)]
         if not keep:
             raise NanobertError(
                 "no BLiMP pair has all its words at least twice in --vocab-from's corpus; "
                 "give the corpus the model was trained on, or leave --vocab-from out"
             )
+    start = time.perf_counter()
+    sentences = len({s for p in pairs for s in (p.good, p.bad)})
+    with tqdm(total=sentences, unit="sentence", disable=not progress, file=sys.stderr) as bar:
+        passed, tied = score_pairs(model, tokenizer, pairs, rule, batch_tokens, bar.update, dtype)
+    report = BlimpReport(rule, accuracies(pairs, passed, tied), seconds=time.perf_counter() - start)
+    if keep is not None:
         report.filtered = accuracies(
             [pairs[i] for i in keep], [passed[i] for i in keep], [tied[i] for i in keep]
         )

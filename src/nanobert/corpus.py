@@ -278,12 +278,13 @@ def _offline_mode() -> Iterator[None]:
                 m.HF_HUB_OFFLINE = value
 
 
-def load_hf_dataset(path: str, name: str, split: str, advice: str) -> Any:
+def load_hf_dataset(path: str, name: str, split: str, advice: str, online: bool | None = None) -> Any:
     """`datasets.load_dataset(path, name, split=split)`, from the hub or, when the hub does not answer within
     `HUB_PROBE_SECONDS`, from the local cache only, so an offline first run fails in seconds, not after the
-    network retries. NanobertError when `datasets` is missing or the split cannot be had; `advice` names the
-    offline ways forward."""
-    online = hub_reachable()
+    network retries. `online`: the answer of a `hub_reachable()` the caller already made (loading many
+    configurations probes once). NanobertError when `datasets` is missing or the split cannot be had;
+    `advice` names the offline ways forward."""
+    online = hub_reachable() if online is None else online
     try:
         with _offline_mode() if not online else nullcontext():
             import datasets
@@ -298,7 +299,8 @@ def load_hf_dataset(path: str, name: str, split: str, advice: str) -> Any:
         why = f"from the Hugging Face hub ({reason})"
         if not online:
             why = "offline: the Hugging Face hub is unreachable and the local cache does not hold it"
-        raise NanobertError(f"could not load {name} split {split} {why}; {advice}") from exc
+        what = name if path == "wikitext" else f"{path} {name}"  # WikiText's names say what they are
+        raise NanobertError(f"could not load {what} split {split} {why}; {advice}") from exc
 
 
 def load_hf_wikitext(name: str, split: str) -> list[Document]:

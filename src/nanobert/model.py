@@ -258,10 +258,11 @@ class BertModel(nn.Module):
     ) -> EncoderOutput:
         """input_ids, token_type_ids, attention_mask: (B, T) integers; attention_mask 1 = token, 0 = pad.
 
-        query_positions (B, M), optional, column 0 all zeros ([CLS], for the pooler): the positions whose
-        final output is needed. The last layer then computes only those M queries (keys and values still
-        cover every position), and last_hidden_state is (B, M, H) in that order. Pretraining needs only
-        the masked positions and [CLS], so this skips ~85% of the last layer's work (`query_layout`).
+        query_positions (B, M), optional: the positions whose final output is needed; the pooler reads
+        column 0, so a caller that uses pooler_output puts [CLS] (all zeros) there. The last layer then
+        computes only those M queries (keys and values still cover every position), and last_hidden_state
+        is (B, M, H) in that order. Pretraining needs only the masked positions and [CLS], so this skips
+        ~85% of the last layer's work (`query_layout`).
         """
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)

@@ -12,9 +12,9 @@ piece, so every piece of a word is predicted from its left part only; `RULE_WITH
 
 Speed: every masked copy of every sentence is one row of a batch; sentences of one length share batches, so
 no row carries padding (and the attention needs no mask), and the last layer and the vocabulary head run at
-the one masked position of each row only (`BertModel`'s `query_positions`). Scoring the suite of BLiMP this
-way is several times faster than one forward pass per sentence with the full (T, V) logits
-(`benchmarks/score_speed.py` prints both).
+the target position of each row only (`BertModel`'s `query_positions`). On BLiMP's sentences this was 5.6x
+faster than one forward pass per sentence with the full (T, V) logits, the way the scoring libraries do it
+(`benchmarks/score_speed.py`, 2-core AMD EPYC, fp32).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import torch
 from nanobert.device import choose_precision
 from nanobert.errors import NanobertError
 from nanobert.model import BertForPreTraining, BertLMHeadModel
-from nanobert.tokenizer import CLS_ID, MASK_ID, SEP_ID
+from nanobert.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID
 
 RULE_WITHIN_WORD = "within_word"  # PLL with the later pieces of the word masked too (Kauf & Ivanova 2023)
 RULE_ORIGINAL = "original"  # PLL, one piece masked at a time (Salazar et al. 2020)
@@ -43,8 +43,16 @@ RULE_NAMES = {
 }
 
 # Rows x tokens of one batch. Big enough that the matrix multiplies run at full speed on a CPU, small enough
-# that the (rows, V) float32 scores of an 8,192-piece vocabulary stay well under 100 MB.
+# that the float32 scores over an 8,192-piece vocabulary (one row per masked copy, or one per position of a
+# causal batch) stay near 256 MB. One sentence's copies always share a batch, so a sentence of n pieces
+# takes n x (n + 2) tokens whatever this says.
 DEFAULT_BATCH_TOKENS = 8192
+_TYPED_SPECIALS = {
+    PAD_ID,
+    CLS_ID,
+    SEP_ID,
+    MASK_ID,
+}  # [UNK] is how a sentence spells what the vocabulary lacks
 
 
 @dataclass
@@ -78,16 +86,22 @@ class Comparison:
         return abs(self.a.total - self.b.total)
 
 
+def rules_for(model: torch.nn.Module) -> tuple[str, ...]:
+    """The scoring rules that fit a model's kind, its default first."""
+    return (RULE_CAUSAL,) if isinstance(model, BertLMHeadModel) else MASKED_RULES
+
+
 def default_rule(model: torch.nn.Module) -> str:
-    return RULE_CAUSAL if isinstance(model, BertLMHeadModel) else RULE_WITHIN_WORD
+    """The rule a model is scored with when none is asked for: causal for a causal model, else within_word."""
+    return rules_for(model)[0]
 
 
 def check_rule(model: torch.nn.Module, rule: str | None) -> str:
     """`rule`, or the model's default when None; NanobertError when it does not fit the model's kind."""
     rule = rule or default_rule(model)
-    allowed = (RULE_CAUSAL,) if isinstance(model, BertLMHeadModel) else MASKED_RULES
+    allowed = rules_for(model)
     if rule not in allowed:
-        kind = "a causal" if isinstance(model, BertLMHeadModel) else "a masked"
+        kind = "a causal" if allowed == (RULE_CAUSAL,) else "a masked"
         raise NanobertError(f"{kind} model scores with {' or '.join(allowed)}, not {rule!r}")
     return rule
 
@@ -120,6 +134,10 @@ def encode_for_scoring(tokenizer, texts: Sequence[str], max_length: int) -> list
     for text, encoding in zip(texts, encodings, strict=True):
         if not encoding.ids:
             raise NanobertError(f"{text[:60]!r} has no word pieces to score; type a sentence")
+        special = {t for t in encoding.ids if t in _TYPED_SPECIALS}
+        if special:  # a typed [MASK] or [SEP] would be scored as a word of the sentence
+            names = ", ".join(tokenizer.id_to_token(t) for t in sorted(special))
+            raise NanobertError(f"{text[:60]!r} holds {names}; score plain text, without special tokens")
         if len(encoding.ids) + 2 > max_length:
             raise NanobertError(
                 f"{text[:60]!r} has {len(encoding.ids)} word pieces, more than the model's {max_length} "
@@ -154,6 +172,8 @@ def _masked_logprobs(
     batch_tokens: int,
     progress: Callable[[int], None] | None,
 ) -> list[list[float]]:
+    """Each sentence's piece log-probabilities under a masked rule (one list per sentence, in order): one
+    row per masked copy, the rows of one sentence consecutive in its batch."""
     device = next(model.parameters()).device
     lengths = [len(ids) + 2 for ids, _ in encoded]
     out: list[list[float]] = [[] for _ in encoded]
@@ -191,9 +211,12 @@ def _masked_logprobs(
 def _causal_logprobs(
     model: BertLMHeadModel,
     encoded: list[tuple[list[int], list]],
+    rule: str,
     batch_tokens: int,
     progress: Callable[[int], None] | None,
 ) -> list[list[float]]:
+    """Each sentence's piece log-probabilities given [CLS] and the pieces before (one list per sentence, in
+    order): one row per sentence."""
     device = next(model.parameters()).device
     lengths = [len(ids) + 1 for ids, _ in encoded]
     out: list[list[float]] = [[] for _ in encoded]
@@ -201,12 +224,20 @@ def _causal_logprobs(
         input_ids = torch.tensor([[CLS_ID, *encoded[i][0]] for i in chunk], device=device)  # (S, T)
         h = model.bert(input_ids).last_hidden_state[:, :-1]  # (S, T - 1, H): position t predicts t + 1
         logits = model.lm_head(h, model.bert.embeddings.word_embeddings.weight).float()  # (S, T - 1, V)
-        logprobs = logits.log_softmax(-1).gather(2, input_ids[:, 1:, None]).squeeze(2)  # (S, T - 1)
+        logprobs = logits.gather(2, input_ids[:, 1:, None]).squeeze(2) - logits.logsumexp(-1)  # (S, T - 1)
         for i, row in zip(chunk, logprobs.tolist(), strict=True):
             out[i] = row
         if progress is not None:
             progress(len(chunk))
     return out
+
+
+# Each rule's scorer, called as f(model, encoded, rule, batch_tokens, progress).
+_LOGPROBS = {
+    RULE_WITHIN_WORD: _masked_logprobs,
+    RULE_ORIGINAL: _masked_logprobs,
+    RULE_CAUSAL: _causal_logprobs,
+}
 
 
 def score_sentences(
@@ -248,9 +279,7 @@ def _logprobs(model, encoded, rule: str, batch_tokens: int, progress, dtype) -> 
     model.eval()
     try:
         scorer = copy.deepcopy(model).to(dtype) if dtype is not None else model
-        if rule == RULE_CAUSAL:
-            return _causal_logprobs(scorer, encoded, batch_tokens, progress)
-        return _masked_logprobs(scorer, encoded, rule, batch_tokens, progress)
+        return _LOGPROBS[rule](scorer, encoded, rule, batch_tokens, progress)
     finally:
         model.train(was_training)
 
@@ -304,8 +333,8 @@ def format_scores(scores: Sequence[SentenceScore]) -> str:
     """`nanobert score`'s text: each sentence's total and pieces (the longest bar is the piece that surprised
     the model most), and for two sentences which one the model prefers and by how much."""
     lines = [f"rule: {RULE_NAMES[scores[0].rule]}"]
-    for name, score in zip("AB", scores, strict=False):
-        label = f"{name}: " if len(scores) > 1 else ""
+    for i, score in enumerate(scores):
+        label = f"{chr(ord('A') + i)}: " if len(scores) > 1 else ""
         lines += [
             "",
             f"{label}{score.text}",
@@ -337,6 +366,7 @@ __all__ = [
     "SentenceScore",
     "check_rule",
     "default_rule",
+    "rules_for",
     "encode_for_scoring",
     "format_scores",
     "masked_spans",
