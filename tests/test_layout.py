@@ -39,13 +39,14 @@ FLOORS = {
     "streams": 4,
     "engine": 4,
     "scoring": 4,  # sentence (pseudo-)log-likelihoods of either language model
+    "held_out": 4,  # the held-out protocol: each objective's fixed batches and metrics
     # 5-6: where the data comes from; using, evaluating and exporting checkpoints
     "sources": 5,
     "inference": 5,
     "hf_export": 5,
-    "evaluate": 6,
     "blimp": 6,  # the BLiMP yardstick: minimal pairs scored with `scoring`
-    "objectives": 7,  # what differs between the MLM + NSP and the causal pretraining task
+    "objectives": 7,  # one record per pretraining objective: everything that differs between them
+    "evaluate": 8,  # a model's or a checkpoint's held-out metrics, by its objective
     "tuning": 7,  # what every fine-tuning job shares: the encoder, epochs with a dev evaluation, best/
     "adapt": 8,  # task-adaptive masked-LM before fine-tuning, on the shared loop and tuning's encoder copy
     # 9: the jobs

@@ -33,10 +33,9 @@ from nanobert.checkpoint import (
     load_state_dict,
 )
 from nanobert.config import FinetuneConfig, config_to_dict
-from nanobert.device import autocast, autocast_dtype, resolve_device
+from nanobert.device import autocast, autocast_dtype, evaluating, resolve_device
 from nanobert.engine import Job, Plan, RunState, fit
 from nanobert.errors import NanobertError, check_output_file
-from nanobert.evaluate import evaluating
 from nanobert.finetune_data import (
     Encoded,
     Split,

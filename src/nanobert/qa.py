@@ -33,10 +33,9 @@ from nanobert.checkpoint import (
     load_state_dict,
 )
 from nanobert.config import QAConfig, config_from_dict, config_to_dict
-from nanobert.device import autocast, autocast_dtype, resolve_device
+from nanobert.device import autocast, autocast_dtype, evaluating, resolve_device
 from nanobert.engine import fit
 from nanobert.errors import NanobertError, atomic_file, check_output_file
-from nanobert.evaluate import evaluating
 from nanobert.finetune_data import Encoded, length_sorted_batches
 from nanobert.inference import require_words
 from nanobert.metrics import squad_scores
