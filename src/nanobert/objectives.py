@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
-from nanobert.checkpoint import CAUSAL_LM, PRETRAINING, wrong_kind
+from nanobert.checkpoint import CAUSAL_LM, KINDS, PRETRAINING, wrong_kind
 from nanobert.config import ModelConfig, TrainConfig
 from nanobert.errors import NanobertError
 from nanobert.held_out import (
@@ -32,7 +32,7 @@ from nanobert.held_out import (
     prepare_causal_eval_batches,
     prepare_eval_batches,
 )
-from nanobert.model import IGNORE_INDEX, BertForPreTraining, BertLMHeadModel
+from nanobert.model import IGNORE_INDEX
 from nanobert.prepare import (
     PreparedSplit,
     WindowedInstances,
@@ -61,8 +61,7 @@ class Objective:
     checkpoints, resume, DDP) is shared. Each callable's contract is that of the MLM + NSP one below."""
 
     name: str
-    kind: str  # the checkpoint kind it writes (checkpoint.KINDS says which commands take it)
-    model: type  # the model class
+    kind: str  # the checkpoint kind it writes: its model class and commands (checkpoint.KINDS)
     is_decoder: bool  # the model config's flag: causal attention
     loss: Callable[[torch.nn.Module, dict], dict[str, torch.Tensor]]
     metric: str  # the held-out metric that picks best/
@@ -78,6 +77,16 @@ class Objective:
     check_windows: Callable[[WindowedInstances], None] | None  # likewise for a prepared split
     layout: Callable[[dict], dict] | None  # added to each sharded batch (the last layer's pruning)
     check_model: Callable[[ModelConfig], None]  # what the objective needs of the model's shape
+
+    @property
+    def model(self) -> type:
+        """The model class it trains (its checkpoint kind's)."""
+        return KINDS[self.kind].model
+
+    @property
+    def commands(self) -> tuple[str, ...]:
+        """The commands that take the checkpoints it writes."""
+        return KINDS[self.kind].commands
 
     def source(self, data: list | PreparedSplit, cfg: TrainConfig) -> CorpusInstances | WindowedInstances:
         """What a batch stream walks for this objective: a tokenized corpus in memory, or a prepared split."""
@@ -163,7 +172,6 @@ def check_segment_b(model_config: ModelConfig) -> None:
 MLM_NSP = Objective(
     name="mlm_nsp",
     kind=PRETRAINING,
-    model=BertForPreTraining,
     is_decoder=False,
     loss=mlm_nsp_loss,
     metric="mlm_accuracy",
@@ -217,7 +225,6 @@ def _no_check(model_config: ModelConfig) -> None:
 CAUSAL = Objective(
     name="causal",
     kind=CAUSAL_LM,
-    model=BertLMHeadModel,
     is_decoder=True,
     loss=causal_lm_loss,
     metric="lm_loss",
