@@ -11,7 +11,7 @@ the same one the CLI command makes, so the page shows the CLI's numbers:
     POST /api/explain     InferenceModel.explain       (nanobert explain --json)
     POST /api/score       InferenceModel.score         (nanobert score --json)
     POST /api/generate    InferenceModel.generate      (nanobert generate --json)
-    POST /api/classify    finetune.classify            (nanobert predict)
+    POST /api/classify    task_inference.classify      (nanobert predict)
     POST /api/answer      QAModel.answer               (nanobert answer --json)
     GET  /api/info        what was loaded: the checkpoint's kind, shape and the panels that fit it
     GET  /api/run         a run directory's metrics.jsonl records and summary.json (null while it runs)
@@ -48,11 +48,11 @@ from nanobert.checkpoint import (
 )
 from nanobert.errors import NanobertError
 from nanobert.explain import format_trace
-from nanobert.finetune import classify
 from nanobert.inference import InferenceModel, load, require_words
-from nanobert.qa import load_qa_model
-from nanobert.run_log import METRICS_NAME, SUMMARY_NAME, read_summary, scan_records
+from nanobert.qa_inference import load_qa_model
+from nanobert.run_files import METRICS_NAME, SUMMARY_NAME, read_summary, scan_records
 from nanobert.scoring import score_report
+from nanobert.task_inference import classify
 from nanobert.tokenizer import encode_pairs
 
 WEB = Path(__file__).parent / "web"
