@@ -6,10 +6,10 @@
 checkpoints, resume and DDP, is shared. An `Objective` carries what is not: the model class and the checkpoint
 kind it writes, how an in-memory corpus (`streams.py`) or a prepared one (`prepare.py`) becomes batches of
 instances, the collator, the fixed held-out batches and their metrics (`held_out.py`), the sample batch that
-times the precisions, and the loss. `train.py`, `evaluate.py`, the config check and the CLI look an objective
-up in `OBJECTIVES` by name (or by the checkpoint kind it writes) and ask the record; none spells a name.
-A new objective is its functions (a module, or a section of the ones above), one line in `OBJECTIVES`, its
-tests and its docs.
+times the precisions, and the loss. `train.py` and `evaluate.py` look an objective up by name (`objective_of`,
+which also checks the name: the registry's keys are the valid ones), by the checkpoint kind it writes or by
+its model, and ask the record; none spells a name. A new objective is its functions (a module, or a section of
+the ones above), one record in `OBJECTIVES`, its tests and its docs.
 """
 
 from __future__ import annotations
