@@ -70,7 +70,10 @@ __all__ = [
     "PreparedCorpus",
     "PreparedSplit",
     "WindowedInstances",
+    "causal_window_batches",
+    "check_causal_windows",
     "iter_documents",
+    "nsp_window_batches",
     "prepare_corpus",
 ]
 
