@@ -7,8 +7,9 @@ regression), AdamW with linear warmup and decay, a few epochs, and the epoch wit
 `from_scratch=True` trains the same architecture from random initialisation (same tokenizer, same head init,
 same budget), which is the control that shows what pretraining bought.
 
-`finetune()` is setup (data from `finetune_data.py`, the classifier), the loop every job shares
-(`engine.fit`, evaluating on dev at the end of each epoch) and a summary. A run directory holds `best/` (a
+`finetune()` runs a `ClassifierTask` (data from `finetune_data.py`, the classifier) with the one fine-tuning
+job (`tuning.run_task`: setup, the loop every job shares, evaluating on dev at the end of each epoch, and a
+summary). A run directory holds `best/` (a
 checkpoint of kind "sequence_classification" whose config.json also carries the label mapping, task and
 columns), `metrics.jsonl` (train logs and one dev record per epoch) and `summary.json`.
 `checkpoint.load_finetuned` reads `best/` back; `predict` labels a file with it and `predict_texts` texts in
@@ -17,7 +18,6 @@ memory (both in `task_inference.py`, the inference side, re-exported here).
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,19 +26,17 @@ import torch
 from nanobert.adapt import adapt_encoder, check_adaptation
 from nanobert.checkpoint import (
     SEQUENCE_CLASSIFICATION,
-    checkpoint_tokenizer,
-    load_pretraining_checkpoint,
     load_state_dict,
 )
 from nanobert.config import FinetuneConfig, config_to_dict
-from nanobert.engine import Job, Plan, RunState, fit
+from nanobert.engine import Job, Plan, RunState
 from nanobert.errors import NanobertError
 from nanobert.finetune_data import Split, TaskSpec, load_split
 from nanobert.metrics import compute_metrics
 from nanobert.model import BertForPreTraining, BertForSequenceClassification
 from nanobert.run_log import RunLog
 from nanobert.task_inference import Prediction, classify, model_outputs, predict, predict_texts
-from nanobert.tuning import epoch_job, record_test, start_run, with_encoder, write_run_summary
+from nanobert.tuning import Task, epoch_job, run_task, with_encoder
 
 METRICS = {"classification": ("accuracy", "macro_f1", "mcc"), "regression": ("pearson", "spearman")}
 
@@ -84,87 +82,95 @@ def finetune(
     Writes OUT/best/ (model, tokenizer, label mapping), OUT/metrics.jsonl and OUT/summary.json; with
     `test_file`, the best model is also scored on it. Returns the summary dict.
     """
-    wall_start = time.perf_counter()
-    cfg = cfg or FinetuneConfig()
-    out_dir = Path(out_dir)
-    metric = cfg.metric or METRICS[spec.task][0]
-    if metric not in METRICS[spec.task]:
-        raise NanobertError(
-            f"metric {metric!r} does not apply to {spec.task}; use one of: {', '.join(METRICS[spec.task])}"
-        )
-    check_adaptation(cfg, from_scratch)
-    # setup: checkpoint and data first (every error before the output directory is touched), then the model
-    pretrained, saved = load_pretraining_checkpoint(checkpoint)
-    tokenizer = checkpoint_tokenizer(checkpoint, pretrained, saved)
     files = {"train": train_file, "dev": dev_file, "test": test_file}
-    splits, labels = _load_splits(files, spec, tokenizer, cfg.max_seq_len)
-    num_labels = len(labels) if labels is not None else 1
-    model = build_classifier(pretrained, num_labels, spec.task, from_scratch, cfg.seed, cfg.dropout)
-    if cfg.max_seq_len > model.config.max_position_embeddings:
-        raise NanobertError(
-            f"max_seq_len {cfg.max_seq_len} exceeds the model's {model.config.max_position_embeddings} "
-            "positions; lower --max-seq-len"
-        )
-    device = start_run(model, cfg, out_dir, overwrite, checkpoint, files)
-    adaptation = None
-    if cfg.adapt_epochs:  # masked-LM on the task's own text first (adapt.py)
-        train, dev = splits["train"].data, splits["dev"].data
-        adaptation = adapt_encoder(pretrained, model, tokenizer, train, dev, cfg, out_dir, quiet)
-    extra = _checkpoint_extra(spec, labels, splits["train"], cfg, checkpoint, from_scratch)
-    # the loop: epochs of shuffled batches, a dev evaluation after each, the best one saved
-    job, plan, run, log = _job(model, tokenizer, splits, spec.task, metric, cfg, out_dir, extra, quiet)
-    outcome = fit(job, plan, run, log)
-    # the best epoch on the test file, if one was given
-    best, test_metrics = run.best(), None
-    if splits.get("test") is not None:
+    task = ClassifierTask(spec)
+    kwargs = dict(from_scratch=from_scratch, overwrite=overwrite, quiet=quiet)
+    return run_task(task, checkpoint, files, out_dir, cfg or FinetuneConfig(), **kwargs)
+
+
+class ClassifierTask(Task):
+    """Sentence(-pair) classification or regression (`spec.task`) as a `tuning.Task`: the table reader, the
+    classifier head, cross-entropy (or squared error), the dev metric, and the label mapping in best/."""
+
+    digits = 4
+
+    def __init__(self, spec: TaskSpec):
+        self.spec = spec
+
+    def check(self, cfg: FinetuneConfig, from_scratch: bool) -> None:
+        task = self.spec.task
+        self.metric = cfg.metric or METRICS[task][0]
+        if self.metric not in METRICS[task]:
+            raise NanobertError(
+                f"metric {self.metric!r} does not apply to {task}; use one of: {', '.join(METRICS[task])}"
+            )
+        check_adaptation(cfg, from_scratch)
+
+    def load(self, files: dict[str, Any], tokenizer: Any, cfg: FinetuneConfig, pretrained: Any) -> None:
+        self.splits, self.labels = _load_splits(files, self.spec, tokenizer, cfg.max_seq_len)
+
+    def build(self, pretrained, from_scratch: bool, cfg: FinetuneConfig) -> BertForSequenceClassification:
+        num_labels = len(self.labels) if self.labels is not None else 1
+        model = build_classifier(pretrained, num_labels, self.spec.task, from_scratch, cfg.seed, cfg.dropout)
+        if cfg.max_seq_len > model.config.max_position_embeddings:
+            raise NanobertError(
+                f"max_seq_len {cfg.max_seq_len} exceeds the model's {model.config.max_position_embeddings} "
+                "positions; lower --max-seq-len"
+            )
+        return model
+
+    def adapt(self, pretrained, model, tokenizer, cfg: FinetuneConfig, out_dir: Path, quiet: bool) -> dict:
+        train, dev = self.splits["train"].data, self.splits["dev"].data
+        return adapt_encoder(pretrained, model, tokenizer, train, dev, cfg, out_dir, quiet)
+
+    def extra(self, checkpoint, cfg: FinetuneConfig, from_scratch: bool) -> dict[str, Any]:
+        """What best/config.json records besides the model: the task, label mapping, columns and recipe."""
+        return {
+            "task": self.spec.task,
+            "labels": self.labels,  # position = class id
+            "num_labels": len(self.labels) if self.labels is not None else 1,
+            "columns": self.spec.columns(),
+            "format": self.splits["train"].table.format,
+            "max_seq_len": cfg.max_seq_len,
+            "base_checkpoint": str(checkpoint),
+            "init": "scratch" if from_scratch else "pretrained",
+            "finetune": config_to_dict(cfg),
+        }
+
+    def job(self, model, tokenizer, cfg, out_dir, extra, saved: dict, device, quiet: bool) -> tuple:
+        task, metric = self.spec.task, self.metric
+        return _job(model, tokenizer, self.splits, task, metric, cfg, out_dir, extra, quiet)
+
+    def test(self, model, out_dir: Path, job: Job, cfg: FinetuneConfig) -> dict[str, float]:
         model.load_state_dict(load_state_dict(out_dir / "best"))
-        outputs = model_outputs(model, splits["test"].data, device, job.amp_dtype, cfg.eval_batch_size)
-        test_metrics = compute_metrics(spec.task, outputs, splits["test"].data.labels)
-        record_test(log, run, test_metrics, digits=4)
-    task_fields = {
-        "out": str(out_dir),
-        "checkpoint": str(checkpoint),
-        "init": extra["init"],
-        "task": spec.task,
-        "metric": metric,
-        "labels": labels,
-        "best_epoch": best["epoch"],
-        "dev": {k: best[k] for k in METRICS[spec.task] + (("mse",) if spec.task == "regression" else ())},
-        "test": test_metrics,
-        "examples": {k: len(split.data) if split is not None else None for k, split in splits.items()},
-        "columns": spec.columns(),
-    }
-    summary = write_run_summary(
-        out_dir, task_fields, run=run, outcome=outcome, wall_start=wall_start, model=model, device=device,
-        cfg=cfg, files=files, adaptation=adaptation,
-    )  # fmt: skip
-    log.say(
-        f"nanobert: best dev {metric} {best[metric]:.4f} at epoch {best['epoch']}, {run.train_time:.0f} s; "
-        f"model in {out_dir / 'best'}"
-    )
-    return summary
+        device, test = next(model.parameters()).device, self.splits["test"].data
+        outputs = model_outputs(model, test, device, job.amp_dtype, cfg.eval_batch_size)
+        return compute_metrics(self.spec.task, outputs, test.labels)
 
+    def fields(self, out_dir: Path, checkpoint, extra: dict, run: RunState, test: dict | None) -> dict:
+        task, best = self.spec.task, run.best()
+        return {
+            "out": str(out_dir),
+            "checkpoint": str(checkpoint),
+            "init": extra["init"],
+            "task": task,
+            "metric": self.metric,
+            "labels": self.labels,
+            "best_epoch": best["epoch"],
+            "dev": {k: best[k] for k in METRICS[task] + (("mse",) if task == "regression" else ())},
+            "test": test,
+            "examples": {
+                k: len(split.data) if split is not None else None for k, split in self.splits.items()
+            },
+            "columns": self.spec.columns(),
+        }
 
-def _checkpoint_extra(
-    spec: TaskSpec,
-    labels: list[str] | None,
-    train: Split,
-    cfg: FinetuneConfig,
-    checkpoint,
-    from_scratch: bool,
-) -> dict[str, Any]:
-    """What best/config.json records besides the model: the task, label mapping, columns and recipe."""
-    return {
-        "task": spec.task,
-        "labels": labels,  # position = class id
-        "num_labels": len(labels) if labels is not None else 1,
-        "columns": spec.columns(),
-        "format": train.table.format,
-        "max_seq_len": cfg.max_seq_len,
-        "base_checkpoint": str(checkpoint),
-        "init": "scratch" if from_scratch else "pretrained",
-        "finetune": config_to_dict(cfg),
-    }
+    def closing(self, run: RunState, out_dir: Path) -> str:
+        best, metric = run.best(), self.metric
+        return (
+            f"nanobert: best dev {metric} {best[metric]:.4f} at epoch {best['epoch']}, "
+            f"{run.train_time:.0f} s; model in {out_dir / 'best'}"
+        )
 
 
 def _load_splits(

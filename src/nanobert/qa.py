@@ -17,7 +17,6 @@ padding.
 from __future__ import annotations
 
 import random
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +26,9 @@ import torch
 from nanobert.adapt import adapt_encoder, check_adaptation
 from nanobert.checkpoint import (
     QUESTION_ANSWERING,
-    checkpoint_tokenizer,
-    load_pretraining_checkpoint,
     load_state_dict,
 )
 from nanobert.config import QAConfig, config_to_dict
-from nanobert.engine import fit
 from nanobert.errors import NanobertError
 from nanobert.finetune_data import Encoded
 from nanobert.model import BertForPreTraining, BertForQuestionAnswering
@@ -46,7 +42,7 @@ from nanobert.qa_inference import (
     span_logits,
     write_answers,
 )
-from nanobert.tuning import epoch_job, record_test, start_run, with_encoder, write_run_summary
+from nanobert.tuning import Task, epoch_job, run_task, with_encoder
 
 # ----------------------------------------------------------------------------------------------------------
 # The run
@@ -70,65 +66,86 @@ def finetune_qa(
     OUT/predictions.json (the best epoch's dev answers); with `test_file` (e.g. XQuAD) the best model is
     scored on it too. Returns the summary dict.
     """
-    wall_start = time.perf_counter()
-    cfg, out_dir = cfg or QAConfig(), Path(out_dir)
     files = {"train": train_file, "dev": dev_file, "test": test_file}
-    check_adaptation(cfg, from_scratch)
-    # setup: checkpoint and data first (every error before the output directory is touched), then the model
-    pretrained, saved = load_pretraining_checkpoint(checkpoint)
-    tokenizer = checkpoint_tokenizer(checkpoint, pretrained, saved)
-    splits, features = _qa_data(files, tokenizer, cfg, pretrained.config.max_position_embeddings)
-    model = with_encoder(pretrained, BertForQuestionAnswering, from_scratch, cfg.seed, cfg.dropout)
-    device = start_run(model, cfg, out_dir, overwrite, checkpoint, files)
-    adaptation = _adapt(pretrained, model, tokenizer, splits["dev"], features, cfg, out_dir, quiet)
-    extra = {
-        "task": "qa",
-        "version_2_with_negative": is_version_2(splits["train"]) or is_version_2(splits["dev"]),
-        "base_checkpoint": str(checkpoint),
-        "init": "scratch" if from_scratch else "pretrained",
-        "finetune": config_to_dict(cfg),
-    }
-    qa = QAModel(model, tokenizer, extra)
+    kwargs = dict(from_scratch=from_scratch, overwrite=overwrite, quiet=quiet)
+    return run_task(QATask(), checkpoint, files, out_dir, cfg or QAConfig(), **kwargs)
 
-    positions = np.asarray(features.positions, dtype=np.int64)
-    job, plan, run, log = epoch_job(
-        model, tokenizer, Encoded(features.input_ids, features.token_type_ids, positions), cfg, out_dir,
-        loss=_span_loss, evaluate=lambda amp_dtype: qa.score(splits["dev"]), metric=cfg.metric or "f1",
-        kind=QUESTION_ANSWERING, extra=extra, quiet=quiet,
-    )  # fmt: skip
-    qa.amp_dtype = job.amp_dtype  # dev answers in the precision the run chose
-    log.say(
-        f"nanobert: fine-tuning {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters "
-        f"({extra['init']} encoder) for question answering; {len(splits['train'])} train questions in "
-        f"{len(features)} windows of at most {cfg.max_seq_len}, {len(splits['dev'])} dev questions; "
-        f"{cfg.epochs} epochs of {plan.eval_interval} steps on {device}"
-    )
-    if note := _window_note(saved, cfg, from_scratch):
-        log.say(note)
-    outcome = fit(job, plan, run, log)
-    model.load_state_dict(load_state_dict(out_dir / "best"))  # the best epoch answers from here on
-    write_answers(qa.predict(splits["dev"]), out_dir / "predictions.json")
-    best, test_metrics = run.best(), None
-    if splits["test"] is not None:
-        test_metrics = qa.score(splits["test"])
-        record_test(log, run, test_metrics, digits=2)
-    task_fields = {
-        "out": str(out_dir),
-        "checkpoint": str(checkpoint),
-        "init": extra["init"],
-        "task": "qa",
-        "best_epoch": best["epoch"],
-        "dev": {k: best[k] for k in ("exact_match", "f1")},
-        "test": test_metrics,
-        "examples": {k: len(v) for k, v in splits.items() if v is not None}
-        | {"train_windows": len(features)},
-    }
-    summary = write_run_summary(
-        out_dir, task_fields, run=run, outcome=outcome, wall_start=wall_start, model=model, device=device,
-        cfg=cfg, files=files, adaptation=adaptation,
-    )  # fmt: skip
-    log.say(f"nanobert: best dev F1 {best['f1']:.2f} at epoch {best['epoch']}; model in {out_dir / 'best'}")
-    return summary
+
+class QATask(Task):
+    """Extractive question answering as a `tuning.Task`: SQuAD's reader and windows, the span head, the mean
+    of the start and end cross-entropies, SQuAD's exact match and F1 on the dev answers, and the best epoch's
+    dev answers in predictions.json."""
+
+    digits = 2
+
+    def check(self, cfg: QAConfig, from_scratch: bool) -> None:
+        check_adaptation(cfg, from_scratch)
+
+    def load(self, files: dict[str, Any], tokenizer: Any, cfg: QAConfig, pretrained: Any) -> None:
+        positions = pretrained.config.max_position_embeddings
+        self.splits, self.features = _qa_data(files, tokenizer, cfg, positions)
+
+    def build(self, pretrained, from_scratch: bool, cfg: QAConfig) -> BertForQuestionAnswering:
+        self.from_scratch = from_scratch  # the window note leaves the control alone
+        return with_encoder(pretrained, BertForQuestionAnswering, from_scratch, cfg.seed, cfg.dropout)
+
+    def adapt(self, pretrained, model, tokenizer, cfg: QAConfig, out_dir: Path, quiet: bool) -> dict:
+        return _adapt(pretrained, model, tokenizer, self.splits["dev"], self.features, cfg, out_dir, quiet)
+
+    def extra(self, checkpoint, cfg: QAConfig, from_scratch: bool) -> dict[str, Any]:
+        splits = self.splits
+        return {
+            "task": "qa",
+            "version_2_with_negative": is_version_2(splits["train"]) or is_version_2(splits["dev"]),
+            "base_checkpoint": str(checkpoint),
+            "init": "scratch" if from_scratch else "pretrained",
+            "finetune": config_to_dict(cfg),
+        }
+
+    def job(self, model, tokenizer, cfg: QAConfig, out_dir, extra, saved, device, quiet: bool) -> tuple:
+        splits, features = self.splits, self.features
+        self.qa = qa = QAModel(model, tokenizer, extra)
+        positions = np.asarray(features.positions, dtype=np.int64)
+        job, plan, run, log = epoch_job(
+            model, tokenizer, Encoded(features.input_ids, features.token_type_ids, positions), cfg, out_dir,
+            loss=_span_loss, evaluate=lambda amp_dtype: qa.score(splits["dev"]), metric=cfg.metric or "f1",
+            kind=QUESTION_ANSWERING, extra=extra, quiet=quiet,
+        )  # fmt: skip
+        qa.amp_dtype = job.amp_dtype  # dev answers in the precision the run chose
+        log.say(
+            f"nanobert: fine-tuning {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters "
+            f"({extra['init']} encoder) for question answering; {len(splits['train'])} train questions in "
+            f"{len(features)} windows of at most {cfg.max_seq_len}, {len(splits['dev'])} dev questions; "
+            f"{cfg.epochs} epochs of {plan.eval_interval} steps on {device}"
+        )
+        if note := _window_note(saved, cfg, self.from_scratch):
+            log.say(note)
+        return job, plan, run, log
+
+    def after_fit(self, model, out_dir: Path) -> None:
+        model.load_state_dict(load_state_dict(out_dir / "best"))  # the best epoch answers from here on
+        write_answers(self.qa.predict(self.splits["dev"]), out_dir / "predictions.json")
+
+    def test(self, model, out_dir: Path, job, cfg: QAConfig) -> dict[str, float]:
+        return self.qa.score(self.splits["test"])
+
+    def fields(self, out_dir: Path, checkpoint, extra: dict, run, test: dict | None) -> dict:
+        best = run.best()
+        return {
+            "out": str(out_dir),
+            "checkpoint": str(checkpoint),
+            "init": extra["init"],
+            "task": "qa",
+            "best_epoch": best["epoch"],
+            "dev": {k: best[k] for k in ("exact_match", "f1")},
+            "test": test,
+            "examples": {k: len(v) for k, v in self.splits.items() if v is not None}
+            | {"train_windows": len(self.features)},
+        }
+
+    def closing(self, run, out_dir: Path) -> str:
+        best = run.best()
+        return f"nanobert: best dev F1 {best['f1']:.2f} at epoch {best['epoch']}; model in {out_dir / 'best'}"
 
 
 def _adapt(
