@@ -18,7 +18,7 @@ FLOORS = {
     # 1: leaves that know nothing of the model
     "config": 1,
     "device": 1,
-    "run_log": 1,
+    "run_files": 1,  # reading a run's metrics.jsonl and summary.json back (the page, a resumed run)
     "plots": 1,
     "distributed": 1,
     "tabular": 1,
@@ -28,6 +28,7 @@ FLOORS = {
     "tokenizer": 1,
     "corpus": 1,
     "model": 2,  # the one model file
+    "run_log": 2,  # metrics.jsonl, progress and summary.json as a run writes them (over run_files)
     # 3: data and checkpoints built on the model's conventions
     "pretraining_data": 3,
     "qa_data": 3,
@@ -39,20 +40,23 @@ FLOORS = {
     "streams": 4,
     "engine": 4,
     "scoring": 4,  # sentence (pseudo-)log-likelihoods of either language model
+    "held_out": 4,  # the held-out protocol: each objective's fixed batches and metrics
     # 5-6: where the data comes from; using, evaluating and exporting checkpoints
     "sources": 5,
     "inference": 5,
+    "task_inference": 5,  # a fine-tuned classifier's outputs and labels (predict, the page's label panel)
+    "qa_inference": 6,  # a fine-tuned QA model's answers (answer, predict, the page's answer panel)
     "hf_export": 5,
-    "evaluate": 6,
     "blimp": 6,  # the BLiMP yardstick: minimal pairs scored with `scoring`
-    "objectives": 7,  # what differs between the MLM + NSP and the causal pretraining task
+    "objectives": 7,  # one record per pretraining objective: everything that differs between them
+    "evaluate": 8,  # a model's or a checkpoint's held-out metrics, by its objective
     "tuning": 7,  # what every fine-tuning job shares: the encoder, epochs with a dev evaluation, best/
     "adapt": 8,  # task-adaptive masked-LM before fine-tuning, on the shared loop and tuning's encoder copy
     # 9: the jobs
     "train": 9,
     "finetune": 9,
     "qa": 9,
-    "serve": 10,  # the browser page, over the jobs' and inference's library calls
+    "serve": 10,  # the browser page, over the inference side's library calls (never a job's)
     "cli": 11,  # the command line on top
     "__main__": 12,
     "__init__": 12,  # lazy re-exports (importlib), imported by nobody inside the package
@@ -103,6 +107,30 @@ def test_modules_import_only_from_lower_floors():
                 if FLOORS[dep] >= FLOORS[name]:
                     upward.append(f"{name}.py:{line} imports {dep} (floor {FLOORS[dep]} >= {FLOORS[name]})")
     assert not upward, "\n".join(upward)
+
+
+# The training side: what a job runs. The page only answers with a trained model, so it loads none of it.
+JOB_MODULES = {"engine", "train", "finetune", "qa", "prepare", "optim", "tuning", "distributed", "run_log"}
+
+
+def transitive_imports(name: str, trees: dict[str, ast.Module]) -> set[str]:
+    """Every nanobert module that importing `name` imports, directly or through others."""
+    seen, todo = set(), [name]
+    while todo:
+        for target, _, _ in imports(trees[todo.pop()]):
+            dep = target.split(".")[1] if target.startswith("nanobert.") else None
+            if dep in trees and dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
+
+
+def test_the_page_imports_no_job_module():
+    """`nanobert serve` loads the inference side only: the fine-tuned tasks' inference lives beside
+    inference.py (task_inference, qa_inference), a run's files are read by run_files, not run_log."""
+    trees = modules()
+    assert transitive_imports("serve", trees) & JOB_MODULES == set()
+    assert {"inference", "task_inference", "qa_inference"} <= transitive_imports("serve", trees)
 
 
 def test_imports_inside_functions_are_optional_packages_or_the_cli():

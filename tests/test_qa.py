@@ -73,15 +73,15 @@ def test_predict_writes_the_official_prediction_file(tuned, task, capsys):
 def test_predict_honours_device_and_batch_size_and_scores_by_the_files_version(
     tuned, task, tmp_path, capsys, monkeypatch
 ):
-    import nanobert.qa
+    import nanobert.qa_inference as inference  # where predict_qa loads and runs the model
 
     out, _ = tuned
     root, _, dev = task
     devices, sizes = [], []
-    resolve, batches = nanobert.qa.resolve_device, nanobert.qa.length_sorted_batches
-    monkeypatch.setattr(nanobert.qa, "resolve_device", lambda d: devices.append(d) or resolve(d))
+    resolve, batches = inference.resolve_device, inference.length_sorted_batches
+    monkeypatch.setattr(inference, "resolve_device", lambda d: devices.append(d) or resolve(d))
     monkeypatch.setattr(
-        nanobert.qa, "length_sorted_batches", lambda data, n: sizes.append(n) or batches(data, n)
+        inference, "length_sorted_batches", lambda data, n: sizes.append(n) or batches(data, n)
     )
     argv = ["predict", out, "--input", dev, "--out", tmp_path / "p.json", "--device", "cpu"]
     code, stdout, err = run_cli(capsys, *argv, "--batch-size", 7)

@@ -5,8 +5,11 @@ import torch
 
 from nanobert.config import TrainConfig
 from nanobert.errors import NanobertError
+from nanobert.objectives import OBJECTIVES
 from nanobert.pretraining_data import CausalCollator, MaskingCollator
 from nanobert.streams import BatchStream, Prefetcher, Synchronous
+
+CAUSAL = OBJECTIVES["causal"]  # its stream: next-word windows, no pruning layout
 
 DOCS = [[[5 + (d * 7 + s) % 40] * (3 + s) for s in range(6)] for d in range(5)]
 
@@ -74,11 +77,11 @@ def test_a_causal_text_shorter_than_one_window_is_refused_at_once():
     """It used to give epochs of no batch, on which `next` spun forever (and "1 steps/epoch")."""
     docs = [[[7, 8, 9], [10, 11]], [[12, 13, 14, 15]]]  # a stream of 9 + 2 [SEP] = 11 tokens
     fits = TrainConfig(objective="causal", max_seq_len=12, batch_size=2)
-    stream = BatchStream(docs, fits, CausalCollator())
+    stream = CAUSAL.stream(docs, fits, CausalCollator())
     assert stream.batches_per_epoch() == 1 and stream.next()["input_ids"].shape == (1, 12)
     short = TrainConfig(objective="causal", max_seq_len=13, batch_size=2)
     with pytest.raises(NanobertError, match="too short for one window of max_seq_len=13 tokens: it has 11"):
-        BatchStream(docs, short, CausalCollator())
+        CAUSAL.stream(docs, short, CausalCollator())
 
 
 class EmptyWindows:
@@ -103,20 +106,20 @@ class EmptyWindows:
 @pytest.mark.parametrize("windows", [1, 3])
 def test_an_epoch_without_a_batch_is_an_error_not_an_endless_loop(windows):
     cfg = TrainConfig(objective="causal", max_seq_len=8, batch_size=1)
-    stream = BatchStream(EmptyWindows(windows), cfg, CausalCollator())
+    stream = CAUSAL.stream(EmptyWindows(windows), cfg, CausalCollator())
     with pytest.raises(NanobertError, match="epoch 0 of the training data gives no batch"):
         stream.next()
     if windows == 1:  # the start-up line's steps/epoch used to round 0 up to 1
         with pytest.raises(NanobertError, match="gives no batch"):
-            BatchStream(EmptyWindows(windows), cfg, CausalCollator()).batches_per_epoch()
+            CAUSAL.stream(EmptyWindows(windows), cfg, CausalCollator()).batches_per_epoch()
 
 
 def test_empty_windows_between_full_ones_are_skipped():
     cfg = TrainConfig(objective="causal", max_seq_len=8, batch_size=1)
-    stream = BatchStream(EmptyWindows(4, full=(2,)), cfg, CausalCollator())
+    stream = CAUSAL.stream(EmptyWindows(4, full=(2,)), cfg, CausalCollator())
     got = [stream.next()["input_ids"][0].tolist() for _ in range(3)]
     assert got == [[2, 5, 8], [2, 6, 8], [2, 7, 8]]  # window 2 of epochs 0, 1, 2
     state = stream.state_dict()  # resumed at the end of a window: the rest of the epoch is empty, not lost
-    again = BatchStream(EmptyWindows(4, full=(2,)), cfg, CausalCollator())
+    again = CAUSAL.stream(EmptyWindows(4, full=(2,)), cfg, CausalCollator())
     again.load_state_dict(state)
     assert again.next()["input_ids"][0].tolist() == [2, 8, 8]

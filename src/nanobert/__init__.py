@@ -65,8 +65,8 @@ _EXPORTS = {
     "FinetuneConfig": "nanobert.config",
     "TaskSpec": "nanobert.finetune_data",
     "finetune_classifier": "nanobert.finetune:finetune",
-    "predict_texts": "nanobert.finetune",
-    "predict": "nanobert.finetune",
+    "predict_texts": "nanobert.task_inference",
+    "predict": "nanobert.task_inference",
     "load_finetuned": "nanobert.checkpoint",
     # transformers
     "export_hf": "nanobert.hf_export",

@@ -30,8 +30,8 @@ from nanobert.config import FinetuneConfig, TrainConfig, config_to_dict
 from nanobert.device import choose_precision
 from nanobert.engine import Job, Plan, RunState, fit, precision_step, shape_key
 from nanobert.errors import NanobertError
-from nanobert.evaluate import evaluate_model
 from nanobert.finetune_data import Encoded, ExampleStream
+from nanobert.held_out import mlm_nsp_metrics
 from nanobert.model import BertForPreTraining
 from nanobert.optim import build_optimizer
 from nanobert.pretraining_data import Instance, MaskingCollator
@@ -95,7 +95,7 @@ def mlm_loss(model: BertForPreTraining, batch: dict[str, torch.Tensor]) -> dict[
 
 def held_out_batches(rows: Encoded, batch_size: int, vocab_size: int) -> list[dict[str, torch.Tensor]]:
     """Fixed masks of `rows` for before-and-after scoring. They keep the collator's dummy NSP label
-    (`evaluate_model` wants one; its NSP figures are dropped)."""
+    (`mlm_nsp_metrics` wants one; its NSP figures are dropped)."""
     collator = MaskingCollator(vocab_size, mask_prob=MASK_PROB, seed=EVAL_SEED)
     starts = range(0, len(rows), batch_size)
     return [collator(rows_as_instances(rows, range(i, min(i + batch_size, len(rows))))) for i in starts]
@@ -164,7 +164,7 @@ def _job(
     amp_dtype, why = _precision(pretrained, train, cfg, device)
 
     def evaluate() -> dict[str, float]:
-        metrics = evaluate_model(pretrained, scored, device, amp_dtype)
+        metrics = mlm_nsp_metrics(pretrained, scored, device, amp_dtype)
         return {k: v for k, v in metrics.items() if k.startswith("mlm_")}
 
     def save(name: str, run: RunState, state: dict | None) -> Path:

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,17 +38,58 @@ CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 TRAINER_STATE_NAME = "trainer_state.pt"
 
-# The kinds of checkpoint, recorded in config.json, and the command that fits each.
+# The kinds of checkpoint, recorded in config.json.
 PRETRAINING = "pretraining"  # BertForPreTraining: MLM + NSP heads
 CAUSAL_LM = "causal_lm"  # BertLMHeadModel: the causal next-word model (`pretrain --objective causal`)
 SEQUENCE_CLASSIFICATION = "sequence_classification"  # a fine-tuned BertForSequenceClassification
 QUESTION_ANSWERING = "question_answering"  # a fine-tuned BertForQuestionAnswering (SQuAD-style spans)
-COMMANDS = {
-    PRETRAINING: "evaluate, fill-mask, nsp, similarity, embed, attention, explain, finetune, export-hf",
-    CAUSAL_LM: "generate, evaluate, attention, explain, export-hf",
-    SEQUENCE_CLASSIFICATION: "predict",
-    QUESTION_ANSWERING: "answer, predict, export-hf",
-}
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of checkpoint: what it holds and what takes it. The CLI, the page and the exporter ask this
+    record (through `KINDS`) rather than testing a kind's name."""
+
+    name: str  # as config.json records it
+    what: str  # what it is, as an error message names it ("a fine-tuned model")
+    model: type  # the model class its weights rebuild
+    commands: tuple[str, ...]  # the `nanobert` commands that take it
+    panels: tuple[str, ...]  # the browser page's panels (POST /api/PANEL) that fit it
+    answered_by: str  # the inference interface that answers it: language_model, classifier or qa
+    predict_reads: str | None = None  # what `nanobert predict` reads with it: "table", "squad" or None
+    hf_architecture: str | None = None  # the transformers class export-hf writes it as (None: not exported)
+
+
+KINDS = {
+    kind.name: kind
+    for kind in (
+        Kind(
+            PRETRAINING, "a pretraining checkpoint", BertForPreTraining,
+            ("evaluate", "fill-mask", "nsp", "similarity", "embed", "attention", "explain", "finetune",
+             "export-hf"),
+            ("fill-mask", "nsp", "score", "similarity", "attention", "explain"),
+            "language_model", hf_architecture="BertForPreTraining",
+        ),
+        Kind(
+            CAUSAL_LM, "a causal language model (pretrain --objective causal)", BertLMHeadModel,
+            ("generate", "evaluate", "attention", "explain", "export-hf"),
+            ("generate", "score", "similarity", "attention", "explain"),
+            "language_model", hf_architecture="BertLMHeadModel",
+        ),
+        Kind(
+            SEQUENCE_CLASSIFICATION, "a fine-tuned model", BertForSequenceClassification, ("predict",),
+            ("classify",), "classifier", predict_reads="table",
+        ),
+        Kind(
+            QUESTION_ANSWERING, "a question-answering model (finetune --task qa)", BertForQuestionAnswering,
+            ("answer", "predict", "export-hf"), ("answer",), "qa", predict_reads="squad",
+            hf_architecture="BertForQuestionAnswering",
+        ),
+    )
+}  # fmt: skip
+# The commands that fit each kind, as wrong-kind errors list them.
+COMMANDS = {name: ", ".join(kind.commands) for name, kind in KINDS.items()}
+LANGUAGE_MODELS = tuple(name for name, kind in KINDS.items() if kind.answered_by == "language_model")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -269,13 +311,14 @@ def wrong_kind(directory: Path | str, kind: str, wanted: str) -> NanobertError:
     return NanobertError(f"{directory} holds a {kind} checkpoint, not {wanted}{hint}")
 
 
-def _load(directory: str | Path, map_location, kind: str, model_class: type, wanted: str) -> tuple[Any, dict]:
-    """A checkpoint of `kind` rebuilt as `model_class` (eval mode), with its config; else a one-line error."""
+def _load(directory: str | Path, map_location, kind: Kind) -> tuple[Any, dict]:
+    """A checkpoint of `kind` rebuilt as its model class (eval mode), with its config; else a one-line
+    error."""
     config = read_config(directory)
     found = checkpoint_kind(config)
-    if found != kind:
-        raise wrong_kind(directory, found, wanted)
-    model = _fill(model_class(_model_config(directory, config)), directory)
+    if found != kind.name:
+        raise wrong_kind(directory, found, kind.what)
+    model = _fill(kind.model(_model_config(directory, config)), directory)
     return model.to(map_location).eval(), config
 
 
@@ -283,25 +326,28 @@ def load_pretraining_checkpoint(
     directory: str | Path, map_location: str | torch.device = "cpu"
 ) -> tuple[BertForPreTraining, dict]:
     """Rebuild BertForPreTraining from a checkpoint directory. Returns (model in eval mode, config dict)."""
-    return _load(directory, map_location, PRETRAINING, BertForPreTraining, "a pretraining checkpoint")
+    return _load(directory, map_location, KINDS[PRETRAINING])
 
 
 def load_causal_lm(
     directory: str | Path, map_location: str | torch.device = "cpu"
 ) -> tuple[BertLMHeadModel, dict]:
     """Rebuild a causal BertLMHeadModel from a checkpoint directory. Returns (model in eval mode, config)."""
-    wanted = "a causal language model (pretrain --objective causal)"
-    return _load(directory, map_location, CAUSAL_LM, BertLMHeadModel, wanted)
+    return _load(directory, map_location, KINDS[CAUSAL_LM])
 
 
 def load_language_model(
     directory: str | Path, map_location: str | torch.device = "cpu"
 ) -> tuple[BertForPreTraining | BertLMHeadModel, dict]:
-    """A pretrained language model of either objective: the MLM + NSP model or the causal one, by its kind."""
+    """A pretrained language model of any objective (the MLM + NSP model, the causal one), by its kind; any
+    other kind is refused as not being a pretraining checkpoint."""
     kind = checkpoint_kind(read_config(directory))
-    if kind == CAUSAL_LM:
-        return load_causal_lm(directory, map_location)
-    return load_pretraining_checkpoint(directory, map_location)
+    return _load(directory, map_location, KINDS[kind if kind in LANGUAGE_MODELS else PRETRAINING])
+
+
+def kind_of_model(model: torch.nn.Module) -> Kind:
+    """The kind of checkpoint `model` is saved as (by its class)."""
+    return next(kind for kind in KINDS.values() if type(model) is kind.model)
 
 
 def load_qa(
@@ -312,8 +358,7 @@ def load_qa(
     `directory` is a checkpoint (RUN/best) or a fine-tuning run directory holding best/.
     """
     directory = _best_of_run(Path(directory))
-    wanted = "a question-answering model (finetune --task qa)"
-    model, config = _load(directory, map_location, QUESTION_ANSWERING, BertForQuestionAnswering, wanted)
+    model, config = _load(directory, map_location, KINDS[QUESTION_ANSWERING])
     return model, checkpoint_tokenizer(directory, model, config), config
 
 
@@ -350,7 +395,7 @@ def load_finetuned(
     config = read_config(directory)
     kind = checkpoint_kind(config)
     if kind != SEQUENCE_CLASSIFICATION:
-        raise wrong_kind(directory, kind, "a fine-tuned model")
+        raise wrong_kind(directory, kind, KINDS[SEQUENCE_CLASSIFICATION].what)
     try:
         num_labels, task = int(config["num_labels"]), config["task"]
         model = BertForSequenceClassification(_model_config(directory, config), num_labels, task)
@@ -399,6 +444,9 @@ def load_trainer_state(directory: str | Path) -> dict:
 
 __all__ = [
     "CAUSAL_LM",
+    "KINDS",
+    "Kind",
+    "kind_of_model",
     "PRETRAINING",
     "QUESTION_ANSWERING",
     "SEQUENCE_CLASSIFICATION",

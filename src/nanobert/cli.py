@@ -58,9 +58,8 @@ def _job_options(p, overwrite_help: str) -> None:
 def _add_pretrain(sub) -> None:
     help = "train a BERT from scratch (MLM + NSP, or the causal next-word objective)"
     p = _command(sub, "pretrain", _cmd_pretrain, help)
-    p.add_argument(
+    p.add_argument(  # the names are objectives.OBJECTIVES' keys, checked there (importing it here is slow)
         "--objective",
-        choices=["mlm_nsp", "causal"],
         help="mlm_nsp (default): BERT's masked words + next sentence; causal: GPT's next word",
     )
     p.add_argument(
@@ -418,13 +417,18 @@ def _cmd_predict(args) -> int:
     """Add the predicted label and class probabilities (or the score) to every row of a file, written in the
     input's format; with a question-answering model, write the official {question id: answer} JSON of a SQuAD
     file's questions (with EM/F1 when it has answers)."""
-    from nanobert.checkpoint import QUESTION_ANSWERING, checkpoint_kind, read_config
+    from nanobert.checkpoint import KINDS, checkpoint_kind, read_config
+
+    best = Path(args.model) / "best"
+    kind = KINDS.get(checkpoint_kind(read_config(best if best.is_dir() else args.model)))
+    # what the kind's model reads; another kind is the table reader's to refuse, in its words
+    return _PREDICTORS.get(kind.predict_reads if kind else None, _cmd_predict_table)(args)
+
+
+def _cmd_predict_table(args) -> int:
     from nanobert.finetune import predict
     from nanobert.tabular import parse_column
 
-    best = Path(args.model) / "best"
-    if checkpoint_kind(read_config(best if best.is_dir() else args.model)) == QUESTION_ANSWERING:
-        return _cmd_predict_qa(args)
     if args.null_score_threshold is not None:
         raise NanobertError("--null-score-threshold applies only to question-answering models")
     given = {k: getattr(args, k) for k in ("text_col", "text_pair_col")}
@@ -453,6 +457,10 @@ def _cmd_predict_qa(args) -> int:
         scores = {k: result[k] for k in ("exact_match", "f1", "squad_version")}
         print("nanobert: " + json.dumps(scores), file=sys.stderr)
     return 0
+
+
+# `predict` by what the checkpoint kind's model reads (checkpoint.Kind.predict_reads)
+_PREDICTORS = {"table": _cmd_predict_table, "squad": _cmd_predict_qa}
 
 
 def _add_answer(sub) -> None:

@@ -16,8 +16,8 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +175,18 @@ def autocast(device: torch.device, dtype: torch.dtype | None) -> AbstractContext
     return torch.autocast(device.type, dtype=dtype) if dtype is not None else nullcontext()
 
 
+@contextmanager
+def evaluating(model: torch.nn.Module) -> Iterator[None]:
+    """Eval mode (no dropout) and no gradients for the block; the model's mode is put back after it."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
 def hardware_description(device: torch.device, world_size: int = 1) -> dict[str, Any]:
     """What ran a job, for summary.json: device, processes, torch version, CPU count and threads, the GPU."""
     info = {
@@ -194,6 +206,7 @@ __all__ = [
     "precision_cache",
     "autocast",
     "autocast_dtype",
+    "evaluating",
     "choose_precision",
     "cpu_has_native_bf16",
     "cpu_name",

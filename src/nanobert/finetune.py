@@ -7,52 +7,36 @@ regression), AdamW with linear warmup and decay, a few epochs, and the epoch wit
 `from_scratch=True` trains the same architecture from random initialisation (same tokenizer, same head init,
 same budget), which is the control that shows what pretraining bought.
 
-`finetune()` is setup (data from `finetune_data.py`, the classifier), the loop every job shares
-(`engine.fit`, evaluating on dev at the end of each epoch) and a summary. A run directory holds `best/` (a
+`finetune()` runs a `ClassifierTask` (data from `finetune_data.py`, the classifier) with the one fine-tuning
+job (`tuning.run_task`: setup, the loop every job shares, evaluating on dev at the end of each epoch, and a
+summary). A run directory holds `best/` (a
 checkpoint of kind "sequence_classification" whose config.json also carries the label mapping, task and
 columns), `metrics.jsonl` (train logs and one dev record per epoch) and `summary.json`.
-`checkpoint.load_finetuned` reads `best/` back; `predict` labels a file with it.
+`checkpoint.load_finetuned` reads `best/` back; `predict` labels a file with it and `predict_texts` texts in
+memory (both in `task_inference.py`, the inference side, re-exported here).
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from nanobert.adapt import adapt_encoder, check_adaptation
 from nanobert.checkpoint import (
     SEQUENCE_CLASSIFICATION,
-    checkpoint_tokenizer,
-    load_finetuned,
-    load_pretraining_checkpoint,
     load_state_dict,
 )
 from nanobert.config import FinetuneConfig, config_to_dict
-from nanobert.device import autocast, autocast_dtype, resolve_device
-from nanobert.engine import Job, Plan, RunState, fit
-from nanobert.errors import NanobertError, check_output_file
-from nanobert.evaluate import evaluating
-from nanobert.finetune_data import (
-    Encoded,
-    Split,
-    TaskSpec,
-    label_ids,
-    length_sorted_batches,
-    load_split,
-    read_texts,
-    regression_targets,
-)
+from nanobert.engine import Job, Plan, RunState
+from nanobert.errors import NanobertError
+from nanobert.finetune_data import Split, TaskSpec, load_split
 from nanobert.metrics import compute_metrics
 from nanobert.model import BertForPreTraining, BertForSequenceClassification
 from nanobert.run_log import RunLog
-from nanobert.tabular import Column, detect_format, read_table, write_table
-from nanobert.tokenizer import count_cut, encode_pairs
-from nanobert.tuning import epoch_job, record_test, start_run, with_encoder, write_run_summary
+from nanobert.task_inference import Prediction, classify, model_outputs, predict, predict_texts
+from nanobert.tuning import Task, epoch_job, run_task, with_encoder
 
 METRICS = {"classification": ("accuracy", "macro_f1", "mcc"), "regression": ("pearson", "spearman")}
 
@@ -74,24 +58,6 @@ def build_classifier(
     `tuning.with_encoder`)."""
     head = lambda config: BertForSequenceClassification(config, num_labels, task)  # noqa: E731
     return with_encoder(pretrained, head, from_scratch, seed, dropout)
-
-
-@torch.no_grad()
-def model_outputs(
-    model: BertForSequenceClassification,
-    data: Encoded,
-    device: torch.device,
-    amp_dtype: torch.dtype | None,
-    batch_size: int,
-) -> np.ndarray:
-    """Logits (or regression scores) of every example, (N, num_labels) float32, in the input order."""
-    out = np.zeros((len(data), model.num_labels), dtype=np.float32)
-    with evaluating(model):
-        for index, batch in length_sorted_batches(data, batch_size):
-            with autocast(device, amp_dtype):
-                logits = model(**{k: v.to(device) for k, v in batch.items()}).logits
-            out[index] = logits.float().cpu().numpy()
-    return out
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -116,87 +82,95 @@ def finetune(
     Writes OUT/best/ (model, tokenizer, label mapping), OUT/metrics.jsonl and OUT/summary.json; with
     `test_file`, the best model is also scored on it. Returns the summary dict.
     """
-    wall_start = time.perf_counter()
-    cfg = cfg or FinetuneConfig()
-    out_dir = Path(out_dir)
-    metric = cfg.metric or METRICS[spec.task][0]
-    if metric not in METRICS[spec.task]:
-        raise NanobertError(
-            f"metric {metric!r} does not apply to {spec.task}; use one of: {', '.join(METRICS[spec.task])}"
-        )
-    check_adaptation(cfg, from_scratch)
-    # setup: checkpoint and data first (every error before the output directory is touched), then the model
-    pretrained, saved = load_pretraining_checkpoint(checkpoint)
-    tokenizer = checkpoint_tokenizer(checkpoint, pretrained, saved)
     files = {"train": train_file, "dev": dev_file, "test": test_file}
-    splits, labels = _load_splits(files, spec, tokenizer, cfg.max_seq_len)
-    num_labels = len(labels) if labels is not None else 1
-    model = build_classifier(pretrained, num_labels, spec.task, from_scratch, cfg.seed, cfg.dropout)
-    if cfg.max_seq_len > model.config.max_position_embeddings:
-        raise NanobertError(
-            f"max_seq_len {cfg.max_seq_len} exceeds the model's {model.config.max_position_embeddings} "
-            "positions; lower --max-seq-len"
-        )
-    device = start_run(model, cfg, out_dir, overwrite, checkpoint, files)
-    adaptation = None
-    if cfg.adapt_epochs:  # masked-LM on the task's own text first (adapt.py)
-        train, dev = splits["train"].data, splits["dev"].data
-        adaptation = adapt_encoder(pretrained, model, tokenizer, train, dev, cfg, out_dir, quiet)
-    extra = _checkpoint_extra(spec, labels, splits["train"], cfg, checkpoint, from_scratch)
-    # the loop: epochs of shuffled batches, a dev evaluation after each, the best one saved
-    job, plan, run, log = _job(model, tokenizer, splits, spec.task, metric, cfg, out_dir, extra, quiet)
-    outcome = fit(job, plan, run, log)
-    # the best epoch on the test file, if one was given
-    best, test_metrics = run.best(), None
-    if splits.get("test") is not None:
+    task = ClassifierTask(spec)
+    kwargs = dict(from_scratch=from_scratch, overwrite=overwrite, quiet=quiet)
+    return run_task(task, checkpoint, files, out_dir, cfg or FinetuneConfig(), **kwargs)
+
+
+class ClassifierTask(Task):
+    """Sentence(-pair) classification or regression (`spec.task`) as a `tuning.Task`: the table reader, the
+    classifier head, cross-entropy (or squared error), the dev metric, and the label mapping in best/."""
+
+    digits = 4
+
+    def __init__(self, spec: TaskSpec):
+        self.spec = spec
+
+    def check(self, cfg: FinetuneConfig, from_scratch: bool) -> None:
+        task = self.spec.task
+        self.metric = cfg.metric or METRICS[task][0]
+        if self.metric not in METRICS[task]:
+            raise NanobertError(
+                f"metric {self.metric!r} does not apply to {task}; use one of: {', '.join(METRICS[task])}"
+            )
+        check_adaptation(cfg, from_scratch)
+
+    def load(self, files: dict[str, Any], tokenizer: Any, cfg: FinetuneConfig, pretrained: Any) -> None:
+        self.splits, self.labels = _load_splits(files, self.spec, tokenizer, cfg.max_seq_len)
+
+    def build(self, pretrained, from_scratch: bool, cfg: FinetuneConfig) -> BertForSequenceClassification:
+        num_labels = len(self.labels) if self.labels is not None else 1
+        model = build_classifier(pretrained, num_labels, self.spec.task, from_scratch, cfg.seed, cfg.dropout)
+        if cfg.max_seq_len > model.config.max_position_embeddings:
+            raise NanobertError(
+                f"max_seq_len {cfg.max_seq_len} exceeds the model's {model.config.max_position_embeddings} "
+                "positions; lower --max-seq-len"
+            )
+        return model
+
+    def adapt(self, pretrained, model, tokenizer, cfg: FinetuneConfig, out_dir: Path, quiet: bool) -> dict:
+        train, dev = self.splits["train"].data, self.splits["dev"].data
+        return adapt_encoder(pretrained, model, tokenizer, train, dev, cfg, out_dir, quiet)
+
+    def extra(self, checkpoint, cfg: FinetuneConfig, from_scratch: bool) -> dict[str, Any]:
+        """What best/config.json records besides the model: the task, label mapping, columns and recipe."""
+        return {
+            "task": self.spec.task,
+            "labels": self.labels,  # position = class id
+            "num_labels": len(self.labels) if self.labels is not None else 1,
+            "columns": self.spec.columns(),
+            "format": self.splits["train"].table.format,
+            "max_seq_len": cfg.max_seq_len,
+            "base_checkpoint": str(checkpoint),
+            "init": "scratch" if from_scratch else "pretrained",
+            "finetune": config_to_dict(cfg),
+        }
+
+    def job(self, model, tokenizer, cfg, out_dir, extra, saved: dict, device, quiet: bool) -> tuple:
+        task, metric = self.spec.task, self.metric
+        return _job(model, tokenizer, self.splits, task, metric, cfg, out_dir, extra, quiet)
+
+    def test(self, model, out_dir: Path, job: Job, cfg: FinetuneConfig) -> dict[str, float]:
         model.load_state_dict(load_state_dict(out_dir / "best"))
-        outputs = model_outputs(model, splits["test"].data, device, job.amp_dtype, cfg.eval_batch_size)
-        test_metrics = compute_metrics(spec.task, outputs, splits["test"].data.labels)
-        record_test(log, run, test_metrics, digits=4)
-    task_fields = {
-        "out": str(out_dir),
-        "checkpoint": str(checkpoint),
-        "init": extra["init"],
-        "task": spec.task,
-        "metric": metric,
-        "labels": labels,
-        "best_epoch": best["epoch"],
-        "dev": {k: best[k] for k in METRICS[spec.task] + (("mse",) if spec.task == "regression" else ())},
-        "test": test_metrics,
-        "examples": {k: len(split.data) if split is not None else None for k, split in splits.items()},
-        "columns": spec.columns(),
-    }
-    summary = write_run_summary(
-        out_dir, task_fields, run=run, outcome=outcome, wall_start=wall_start, model=model, device=device,
-        cfg=cfg, files=files, adaptation=adaptation,
-    )  # fmt: skip
-    log.say(
-        f"nanobert: best dev {metric} {best[metric]:.4f} at epoch {best['epoch']}, {run.train_time:.0f} s; "
-        f"model in {out_dir / 'best'}"
-    )
-    return summary
+        device, test = next(model.parameters()).device, self.splits["test"].data
+        outputs = model_outputs(model, test, device, job.amp_dtype, cfg.eval_batch_size)
+        return compute_metrics(self.spec.task, outputs, test.labels)
 
+    def fields(self, out_dir: Path, checkpoint, extra: dict, run: RunState, test: dict | None) -> dict:
+        task, best = self.spec.task, run.best()
+        return {
+            "out": str(out_dir),
+            "checkpoint": str(checkpoint),
+            "init": extra["init"],
+            "task": task,
+            "metric": self.metric,
+            "labels": self.labels,
+            "best_epoch": best["epoch"],
+            "dev": {k: best[k] for k in METRICS[task] + (("mse",) if task == "regression" else ())},
+            "test": test,
+            "examples": {
+                k: len(split.data) if split is not None else None for k, split in self.splits.items()
+            },
+            "columns": self.spec.columns(),
+        }
 
-def _checkpoint_extra(
-    spec: TaskSpec,
-    labels: list[str] | None,
-    train: Split,
-    cfg: FinetuneConfig,
-    checkpoint,
-    from_scratch: bool,
-) -> dict[str, Any]:
-    """What best/config.json records besides the model: the task, label mapping, columns and recipe."""
-    return {
-        "task": spec.task,
-        "labels": labels,  # position = class id
-        "num_labels": len(labels) if labels is not None else 1,
-        "columns": spec.columns(),
-        "format": train.table.format,
-        "max_seq_len": cfg.max_seq_len,
-        "base_checkpoint": str(checkpoint),
-        "init": "scratch" if from_scratch else "pretrained",
-        "finetune": config_to_dict(cfg),
-    }
+    def closing(self, run: RunState, out_dir: Path) -> str:
+        best, metric = run.best(), self.metric
+        return (
+            f"nanobert: best dev {metric} {best[metric]:.4f} at epoch {best['epoch']}, "
+            f"{run.train_time:.0f} s; model in {out_dir / 'best'}"
+        )
 
 
 def _load_splits(
@@ -245,148 +219,6 @@ def _job(
         f"examples, {cfg.epochs} epochs of {plan.eval_interval} steps on {device}"
     )
     return job, plan, run, log
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Prediction
-
-
-def classify(
-    model: BertForSequenceClassification,
-    tokenizer: Any,
-    config: dict,
-    texts_a: list[str],
-    texts_b: list[str] | None = None,
-    batch_size: int = 128,
-) -> np.ndarray:
-    """A fine-tuned model's outputs for texts (and pairs), as trained: (N, num_labels) logits, or scores.
-
-    Encoded with the model's own max_seq_len; `predict` (files) and the browser page (one text) call this.
-    """
-    if any(not t.strip() for t in texts_a + (texts_b or [])):
-        raise NanobertError("a text is empty; give every example some words")
-    device = next(model.parameters()).device
-    ids, types = encode_pairs(tokenizer, texts_a, texts_b, int(config.get("max_seq_len", 128)))
-    amp_dtype = autocast_dtype(config.get("precision", "auto"), device)  # as the model was trained
-    return model_outputs(model, Encoded(ids, types), device, amp_dtype, batch_size)
-
-
-@dataclass
-class Prediction:
-    """A fine-tuned model's answer for one text (or pair)."""
-
-    text: str
-    label: str | float  # the most probable label; for a regression model, the predicted score
-    probabilities: dict[str, float] | None  # every label's probability (None for regression)
-
-
-def predict_texts(
-    model_dir: str | Path,
-    texts: list[str],
-    pairs: list[str] | None = None,
-    *,
-    batch_size: int = 128,
-    device: str = "cpu",
-) -> list[Prediction]:
-    """Label texts in memory with a fine-tuned model (`model_dir`: a run directory or its best/): one
-    `Prediction` per text, in order; `pairs` gives segment B of a sentence-pair model. `predict` does the same
-    for the rows of a file."""
-    model, tokenizer, config = load_finetuned(model_dir, resolve_device(device))
-    if (config["columns"].get("text_pair") is None) != (pairs is None):
-        need = "pairs (segment B)" if pairs is None else "no pairs"
-        raise NanobertError(f"{model_dir} was trained with {need}; pass pairs accordingly")
-    outputs = classify(model, tokenizer, config, list(texts), pairs, batch_size)
-    if config["task"] == "regression":
-        return [Prediction(t, float(s), None) for t, s in zip(texts, outputs[:, 0], strict=True)]
-    labels = config["labels"]
-    probs = torch.softmax(torch.from_numpy(outputs), dim=-1).tolist()
-    return [
-        Prediction(t, labels[max(range(len(p)), key=p.__getitem__)], dict(zip(labels, p, strict=True)))
-        for t, p in zip(texts, probs, strict=True)
-    ]
-
-
-def _prediction_columns(config: dict[str, Any], fmt: str) -> list[str]:
-    """The columns `predict` adds: the prediction, and each label's probability (JSONL: one object)."""
-    if config["task"] == "regression":
-        return ["prediction"]
-    probabilities = ["probabilities"] if fmt == "jsonl" else [f"prob_{label}" for label in config["labels"]]
-    return ["prediction", *probabilities]
-
-
-def predict(
-    model_dir: str | Path,
-    input_file: str | Path,
-    out: str | Path | None = None,
-    *,
-    fmt: str | None = None,
-    encoding: str | None = None,
-    text_col: Column | None = None,
-    text_pair_col: Column | None = None,
-    batch_size: int = 128,
-    device: str = "auto",
-) -> dict[str, Any]:
-    """Label every row of `input_file` with a fine-tuned model and write it back in the input's format.
-
-    Classification adds `prediction` (the label) and one `prob_LABEL` column per label (JSONL: a
-    `probabilities` object); regression adds `prediction` (the score). The text columns default to the ones
-    the model was trained on. `out` None writes to stdout. When the input also has the label column, the
-    returned dict carries the metrics.
-    """
-    if isinstance(out, str | Path):
-        check_output_file(out, inputs=(input_file, model_dir))  # before the model runs, not after
-    dev = resolve_device(device)
-    model, tokenizer, config = load_finetuned(model_dir, dev)
-    columns = config["columns"]
-    text_col = columns["text"] if text_col is None else text_col
-    text_pair_col = columns.get("text_pair") if text_pair_col is None else text_pair_col
-    if (columns.get("text_pair") is None) != (text_pair_col is None):
-        need = "a text pair column" if text_pair_col is None else "no text pair column"
-        raise NanobertError(f"{model_dir} was trained with {need}; pass --text-pair-col accordingly")
-    headerless = isinstance(text_col, int)
-    try:
-        fmt = detect_format(input_file, fmt)
-    except NanobertError:
-        fmt = config.get("format")  # an unknown extension: assume the format the model was trained on
-        if fmt is None:
-            raise
-    table = read_table(input_file, fmt, encoding, header=not headerless)
-    names = _prediction_columns(config, table.format)
-    table.check_new_columns(names)  # before the model runs
-    texts_a = read_texts(table, text_col)
-    texts_b = read_texts(table, text_pair_col) if text_pair_col is not None else None
-    outputs = classify(model, tokenizer, config, texts_a, texts_b, batch_size)
-
-    task, labels = config["task"], config.get("labels")
-    if task == "regression":
-        values: list[list[Any]] = [[round(float(s), 6) for s in outputs[:, 0]]]
-    else:
-        probs = torch.softmax(torch.from_numpy(outputs), dim=-1).numpy()
-        values = [[labels[i] for i in probs.argmax(axis=1)]]
-        if table.format == "jsonl":  # one object of every label's probability
-            rows = [[round(float(p), 6) for p in row] for row in probs]
-            values.append([dict(zip(labels, row, strict=True)) for row in rows])
-        else:  # a column per label
-            values += [[f"{p:.6f}" for p in probs[:, i]] for i in range(len(labels))]
-    write_table(table, dict(zip(names, values, strict=True)), out)
-
-    result: dict[str, Any] = {"rows": len(table), "out": str(out) if out is not None else None, "task": task}
-    cut = count_cut(texts_a + (texts_b or []), int(config.get("max_seq_len", 128)))
-    if cut:  # cut before tokenizing (encode_pairs): a command says so once
-        result["texts_cut"] = cut
-    label_col = columns.get("label")
-    same_kind = label_col is not None and isinstance(label_col, int) == headerless
-    if same_kind and table.column(label_col, required=False) is not None:
-        try:  # score the predictions when the input is labelled (all known labels); otherwise just predict
-            y = (
-                regression_targets(table, label_col)
-                if task == "regression"
-                else label_ids(table, label_col, labels, None)
-            )
-            result["metrics"] = compute_metrics(task, outputs, y)
-        except NanobertError as e:
-            result["metrics_skipped"] = str(e)
-    return result
 
 
 __all__ = [

@@ -27,12 +27,11 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 from nanobert.checkpoint import (
-    CAUSAL_LM,
     CONFIG_NAME,
-    PRETRAINING,
-    QUESTION_ANSWERING,
+    KINDS,
     checkpoint_kind,
     checkpoint_tokenizer,
+    kind_of_model,
     load_language_model,
     load_qa,
     read_config,
@@ -275,6 +274,39 @@ def _config_of_kind(nanobert: bool) -> Any:
     return test
 
 
+def _qa_model_for_hf(checkpoint: Path) -> tuple[dict, dict, Any, str]:
+    """A question-answering checkpoint as a `BertForQuestionAnswering`: (config, state, tokenizer, class)."""
+    model, tokenizer, _ = load_qa(checkpoint)
+    hf_config = {**to_hf_config(model.config), "architectures": ["BertForQuestionAnswering"]}
+    return hf_config, to_hf_qa_state_dict(model.state_dict(), model.config), tokenizer, "BertTokenizerFast"
+
+
+def _language_model_for_hf(checkpoint: Path) -> tuple[dict, dict, Any, str]:
+    """A pretrained language model as `BertForPreTraining` or `BertLMHeadModel`: (config, state, tokenizer,
+    tokenizer class)."""
+    model, saved = load_language_model(checkpoint)
+    tokenizer = checkpoint_tokenizer(checkpoint, model, saved)
+    hf_config, tokenizer_class = to_hf_config(model.config), "BertTokenizerFast"
+    if model.config.is_decoder:
+        # The causal model read `[CLS] text`, and [SEP] ends a document: a prompt must not end with it,
+        # and generation stops there, as `nanobert generate` does. BertTokenizerFast would rebuild the
+        # `[CLS] A [SEP]` template, so the tokenizer is saved for AutoTokenizer's generic class.
+        hf_config.update(bos_token_id=CLS_ID, eos_token_id=SEP_ID)
+        tokenizer_class = "PreTrainedTokenizerFast"
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A", pair="[CLS] $A $B", special_tokens=[("[CLS]", CLS_ID)]
+        )
+    state = to_hf_state_dict(model.state_dict(), model.config)
+    for key in _TIED_DUPLICATES:
+        del state[key]
+    return hf_config, state, tokenizer, tokenizer_class
+
+
+# How a checkpoint kind is written for transformers, by the class it becomes (checkpoint.Kind.hf_architecture)
+# where that is not the language models' way
+_EXPORTERS = {"BertForQuestionAnswering": _qa_model_for_hf}
+
+
 def export_hf(checkpoint: str | Path, out: str | Path, overwrite: bool = False) -> Path:
     """Write a nanobert pretraining checkpoint as a transformers BERT directory.
 
@@ -286,27 +318,10 @@ def export_hf(checkpoint: str | Path, out: str | Path, overwrite: bool = False) 
     are refused (transformers' BERT is post-LN only).
     """
     checkpoint, out = Path(checkpoint), Path(out)
-    tokenizer_class = "BertTokenizerFast"
-    if checkpoint_kind(read_config(checkpoint)) == QUESTION_ANSWERING:
-        model, tokenizer, _ = load_qa(checkpoint)
-        hf_config = {**to_hf_config(model.config), "architectures": ["BertForQuestionAnswering"]}
-        state = to_hf_qa_state_dict(model.state_dict(), model.config)
-    else:
-        model, saved = load_language_model(checkpoint)
-        tokenizer = checkpoint_tokenizer(checkpoint, model, saved)
-        hf_config = to_hf_config(model.config)
-        if model.config.is_decoder:
-            # The causal model read `[CLS] text`, and [SEP] ends a document: a prompt must not end with it,
-            # and generation stops there, as `nanobert generate` does. BertTokenizerFast would rebuild the
-            # `[CLS] A [SEP]` template, so the tokenizer is saved for AutoTokenizer's generic class.
-            hf_config.update(bos_token_id=CLS_ID, eos_token_id=SEP_ID)
-            tokenizer_class = "PreTrainedTokenizerFast"
-            tokenizer.post_processor = processors.TemplateProcessing(
-                single="[CLS] $A", pair="[CLS] $A $B", special_tokens=[("[CLS]", CLS_ID)]
-            )
-        state = to_hf_state_dict(model.state_dict(), model.config)
-        for key in _TIED_DUPLICATES:
-            del state[key]
+    kind = KINDS.get(checkpoint_kind(read_config(checkpoint)))
+    # by the transformers class the kind becomes; any other kind is refused by the language-model loader
+    exporter = _EXPORTERS.get(kind.hf_architecture if kind else None, _language_model_for_hf)
+    hf_config, state, tokenizer, tokenizer_class = exporter(checkpoint)
     state = {k: v.detach().clone().cpu() for k, v in state.items()}  # no two keys may share memory
     check_output_dir(
         out, overwrite, (checkpoint,), HF_CONFIG_NAME, "transformers model directory", _config_of_kind(False)
@@ -503,7 +518,7 @@ def import_hf(hf_dir: str | Path, out: str | Path, overwrite: bool = False, seed
             if key in state:
                 state[key] = state[key].index_select(0, index)
     torch.manual_seed(seed)
-    model = BertLMHeadModel(config) if config.is_decoder else BertForPreTraining(config)
+    model = (BertLMHeadModel if config.is_decoder else BertForPreTraining)(config)
     try:
         result = model.load_state_dict(state, strict=False)
     except RuntimeError as e:
@@ -519,7 +534,7 @@ def import_hf(hf_dir: str | Path, out: str | Path, overwrite: bool = False, seed
         None,
         tokenizer,
         extra={"imported_from": str(hf_dir), "fresh_parameters": fresh, "vocab_remapped": order is not None},
-        kind=CAUSAL_LM if config.is_decoder else PRETRAINING,
+        kind=kind_of_model(model).name,
     )
     return ImportResult(out=out, fresh_parameters=fresh, fresh_heads=heads, vocab_remapped=order is not None)
 

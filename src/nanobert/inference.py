@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from nanobert.checkpoint import CAUSAL_LM, PRETRAINING, checkpoint_tokenizer, load_language_model
+from nanobert.checkpoint import KINDS, checkpoint_tokenizer, kind_of_model, load_language_model
 from nanobert.corpus import check_text_file, utf8_lines
 from nanobert.device import resolve_device
 from nanobert.errors import NanobertError, atomic_file, check_output_file
@@ -125,18 +125,20 @@ class InferenceModel:
         self.tokenizer = tokenizer
         self.config = config or {}
         self.device = next(model.parameters()).device
-        self.kind = CAUSAL_LM if isinstance(model, BertLMHeadModel) else PRETRAINING
+        self.kind = kind_of_model(model).name
         self.name = str(self.config.get("path", "this checkpoint"))
 
     @property
     def max_length(self) -> int:
         return self.model.config.max_position_embeddings
 
-    def _require(self, kind: str, command: str) -> None:
-        """A one-line error when this model's objective did not train it for `command`."""
-        if self.kind == kind:
+    def _require(self, command: str, shown: str | None = None) -> None:
+        """A one-line error when this model's objective did not train it for `command` (one of its kind's
+        commands, checkpoint.KINDS), named `shown` (default: the command)."""
+        if command in KINDS[self.kind].commands:
             return
-        if self.kind == CAUSAL_LM:
+        command = shown or command
+        if self.model.config.is_decoder:
             raise NanobertError(
                 f"{self.name} is a causal language model (pretrain --objective causal): it predicts the "
                 f"next word, not masked words or sentence pairs, so {command} does not apply; "
@@ -165,7 +167,7 @@ class InferenceModel:
                 f"the text has {chars} characters, more than the model's {self.max_length} positions hold; "
                 "shorten it"
             )
-        if self.kind == CAUSAL_LM:
+        if self.model.config.is_decoder:  # `[CLS] text`, as `encode` reads it
             text = text_a if text_b is None else f"{text_a} {text_b}"
             n = 1 + len(encode_sentences(self.tokenizer, [text])[0])
         else:
@@ -180,7 +182,7 @@ class InferenceModel:
         """The model's input for one text or pair, truncated to its position table: `[CLS] A [SEP] B [SEP]`
         for BERT; for a causal model `[CLS]` and the text (B appended), all segment A, as it read its corpus.
         """
-        if self.kind == CAUSAL_LM:
+        if self.model.config.is_decoder:
             text = cut_to_window(text_a if text_b is None else f"{text_a} {text_b}", self.max_length)
             ids = [CLS_ID, *encode_sentences(self.tokenizer, [text])[0]][: self.max_length]
             return {"input_ids": ids, "token_type_ids": [0] * len(ids), "attention_mask": [1] * len(ids)}
@@ -216,7 +218,7 @@ class InferenceModel:
         Special tokens are never offered as candidates; probabilities are still the model's, a softmax over
         the whole vocabulary. Raises NanobertError when `text` has no [MASK].
         """
-        self._require(PRETRAINING, "fill-mask")
+        self._require("fill-mask")
         require_words(text)
         if top_k < 1:
             raise NanobertError(f"top_k must be at least 1, got {top_k}")
@@ -264,7 +266,7 @@ class InferenceModel:
 
     def next_sentence(self, text_a: str, text_b: str) -> NextSentence:
         """The next-sentence head's probability that `text_b` follows `text_a`."""
-        self._require(PRETRAINING, "nsp (next sentence prediction)")
+        self._require("nsp", "nsp (next sentence prediction)")
         _, out = self.forward(text_a, text_b)
         p = out.seq_relationship_logits[0].float().softmax(dim=-1).tolist()
         return NextSentence(is_next=p[0], not_next=p[1])
@@ -343,7 +345,7 @@ class InferenceModel:
         at [SEP] (the end of a document in the training stream), or at the end of the position table.
         An empty or all-whitespace prompt is a NanobertError ("the text is empty"), as for every command.
         """
-        self._require(CAUSAL_LM, "generate")
+        self._require("generate")
         require_words(prompt)  # an empty prompt would continue nothing but [CLS]
         if max_new_tokens < 1 or not 0 <= temperature < math.inf or (top_k is not None and top_k < 1):
             raise NanobertError(

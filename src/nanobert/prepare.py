@@ -70,7 +70,10 @@ __all__ = [
     "PreparedCorpus",
     "PreparedSplit",
     "WindowedInstances",
+    "causal_window_batches",
+    "check_causal_windows",
     "iter_documents",
+    "nsp_window_batches",
     "prepare_corpus",
 ]
 
@@ -451,10 +454,19 @@ class WindowedInstances:
     `window_tokens` tokens; `batches(e, w)` builds window `w`'s instances with google's per-document
     algorithm (the random B may come from any document of the split), then shuffles and batches them with
     `pretraining_data.batches`. Everything is a pure function of `(seed, epoch, window)`, so a resumed run
-    rebuilds exactly the window it stopped in. The same interface as train.py's in-memory source.
+    rebuilds exactly the window it stopped in. The same interface as `streams.CorpusInstances`.
+    `window_batches` and `check` are the objective's (`objectives.Objective`; by default MLM + NSP's): how a
+    window becomes batches, and the NanobertError raised at once for a split whose epochs give no batch.
     """
 
-    def __init__(self, split: PreparedSplit, cfg: TrainConfig, window_tokens: int | None = None):
+    def __init__(
+        self,
+        split: PreparedSplit,
+        cfg: TrainConfig,
+        window_tokens: int | None = None,
+        window_batches: Callable[..., list[list[Instance]]] | None = None,
+        check: Callable[[WindowedInstances], None] | None = None,
+    ):
         if len(split) < 2:
             raise NanobertError("NSP needs at least two documents; the prepared split has fewer")
         if cfg.max_seq_len < 5:
@@ -462,8 +474,9 @@ class WindowedInstances:
         self.split, self.cfg = split, cfg
         self.window_tokens = window_tokens or WINDOW_TOKENS
         self.doc_tokens = split.document_tokens()
-        if cfg.objective == "causal":  # the stream is every document's tokens and a [SEP] after each
-            require_causal_window(int(self.doc_tokens.sum()) + len(split), cfg.max_seq_len)
+        self.window_batches = window_batches or nsp_window_batches
+        if check is not None:
+            check(self)
         self._windows: tuple[int, list[np.ndarray]] | None = None
 
     def _epoch_windows(self, epoch: int) -> list[np.ndarray]:
@@ -502,11 +515,31 @@ class WindowedInstances:
         default (max_seq_len, batch_size)."""
         # `batches` is seeded by (seed, an int): windows of one epoch get distinct ints.
         key = epoch * 1_000_003 + window
-        cfg = self.cfg
-        seq_len, batch_size = shape or (cfg.max_seq_len, cfg.batch_size)
-        if cfg.objective == "causal":  # next-word windows of this group of documents
-            documents = [self.split[d] for d in self._epoch_windows(epoch)[window].tolist()]
-            return causal_batches(documents, seq_len, batch_size, cfg.seed, key)
-        return batches(
-            self.instances(epoch, window, seq_len), batch_size, cfg.seed, key, bucket=cfg.bucket_by_length
-        )
+        seq_len, batch_size = shape or (self.cfg.max_seq_len, self.cfg.batch_size)
+        return self.window_batches(self, epoch, window, seq_len, batch_size, key)
+
+    def documents(self, epoch: int, window: int) -> list[list[list[int]]]:
+        """The documents of window `window` of epoch `epoch`, in the epoch's order."""
+        return [self.split[d] for d in self._epoch_windows(epoch)[window].tolist()]
+
+
+def nsp_window_batches(
+    source: WindowedInstances, epoch: int, window: int, seq_len: int, batch_size: int, key: int
+) -> list[list[Instance]]:
+    """A prepared window's NSP instances (`WindowedInstances.instances`), shuffled and batched by `key`."""
+    cfg = source.cfg
+    instances = source.instances(epoch, window, seq_len)
+    return batches(instances, batch_size, cfg.seed, key, bucket=cfg.bucket_by_length)
+
+
+def causal_window_batches(
+    source: WindowedInstances, epoch: int, window: int, seq_len: int, batch_size: int, key: int
+) -> list[list[Instance]]:
+    """Next-word windows of a prepared window's group of documents, batched."""
+    return causal_batches(source.documents(epoch, window), seq_len, batch_size, source.cfg.seed, key)
+
+
+def check_causal_windows(source: WindowedInstances) -> None:
+    """NanobertError at once for a split too short for one next-word window: its stream is every document's
+    tokens and a [SEP] after each."""
+    require_causal_window(int(source.doc_tokens.sum()) + len(source.split), source.cfg.max_seq_len)

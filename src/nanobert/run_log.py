@@ -1,6 +1,7 @@
 """What a run writes besides checkpoints: metrics.jsonl, progress on stderr, summary.json, and the guard that
 keeps two runs out of one output directory.
 
+Reading a run's files back is `run_files.py`'s (the browser page reads them without loading this module).
 Every job (pretraining, fine-tuning) logs through `RunLog` and checks its `--out` with `prepare_out_dir`, so
 they share one file format (one JSON object per line with a `split` and a `step`) and one rule for reusing a
 directory: never mix two runs, never delete anything before that check.
@@ -23,9 +24,8 @@ from nanobert.errors import (
     raise_user_os_error,
     within,
 )
+from nanobert.run_files import METRICS_NAME, SUMMARY_NAME, read_records, read_summary, scan_records
 
-METRICS_NAME = "metrics.jsonl"
-SUMMARY_NAME = "summary.json"
 CURVES_NAME = "curves.png"
 # What marks a directory as holding a run ("adapt": a fine-tuning run's adaptation, even one interrupted)
 RUN_ARTEFACTS = (METRICS_NAME, SUMMARY_NAME, "best", "last", "adapt", "predictions.json")  # the last: QA's
@@ -82,51 +82,6 @@ def checkpoint_bytes(model: Any, trainer_state: bool) -> int:
     weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
     vocabulary = 40 * model.config.vocab_size  # tokenizer.json and vocab.txt: some 40 bytes a word
     return weights * (3 if trainer_state else 1) + vocabulary
-
-
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """The records of a metrics.jsonl file (none if it does not exist), as far as it is written."""
-    return scan_records(path)[0]
-
-
-def _no_number(name: str) -> None:
-    """NaN, Infinity and -Infinity (which json.dumps writes for a diverged loss) read as None."""
-    return None
-
-
-def scan_records(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """The records of a metrics.jsonl that may be being written: (records, damaged lines skipped).
-
-    A last line that is not (yet) a whole JSON object is being appended: it is left for the next look and not
-    counted. An earlier one (a run killed mid-line, then resumed) is skipped and counted. NaN and Infinity
-    become None, so the records can be sent as strict JSON (the browser page reads them).
-    """
-    try:
-        lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
-    except (FileNotFoundError, IsADirectoryError):
-        return [], 0
-    records, damaged = [], 0
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line, parse_constant=_no_number)
-        except json.JSONDecodeError:
-            record = None
-        if isinstance(record, dict):
-            records.append(record)
-        elif number < len(lines):
-            damaged += 1
-    return records, damaged
-
-
-def read_summary(path: Path) -> dict[str, Any] | None:
-    """summary.json, or None while there is none or it is half written (the next look reads it whole)."""
-    try:
-        summary = json.loads(path.read_bytes(), parse_constant=_no_number)
-    except (FileNotFoundError, IsADirectoryError, ValueError):  # ValueError: bad JSON or not UTF-8
-        return None
-    return summary if isinstance(summary, dict) else None
 
 
 def write_summary(out_dir: Path, summary: dict[str, Any]) -> Path:

@@ -11,7 +11,7 @@ the same one the CLI command makes, so the page shows the CLI's numbers:
     POST /api/explain     InferenceModel.explain       (nanobert explain --json)
     POST /api/score       InferenceModel.score         (nanobert score --json)
     POST /api/generate    InferenceModel.generate      (nanobert generate --json)
-    POST /api/classify    finetune.classify            (nanobert predict)
+    POST /api/classify    task_inference.classify      (nanobert predict)
     POST /api/answer      QAModel.answer               (nanobert answer --json)
     GET  /api/info        what was loaded: the checkpoint's kind, shape and the panels that fit it
     GET  /api/run         a run directory's metrics.jsonl records and summary.json (null while it runs)
@@ -38,11 +38,8 @@ from typing import Any
 import numpy as np
 
 from nanobert.checkpoint import (
-    CAUSAL_LM,
     CONFIG_NAME,
-    PRETRAINING,
-    QUESTION_ANSWERING,
-    SEQUENCE_CLASSIFICATION,
+    KINDS,
     being_replaced,
     checkpoint_kind,
     load_finetuned,
@@ -51,20 +48,17 @@ from nanobert.checkpoint import (
 )
 from nanobert.errors import NanobertError
 from nanobert.explain import format_trace
-from nanobert.finetune import classify
 from nanobert.inference import InferenceModel, load, require_words
-from nanobert.qa import load_qa_model
-from nanobert.run_log import METRICS_NAME, SUMMARY_NAME, read_summary, scan_records
+from nanobert.qa_inference import load_qa_model
+from nanobert.run_files import METRICS_NAME, SUMMARY_NAME, read_summary, scan_records
 from nanobert.scoring import score_report
+from nanobert.task_inference import classify
 from nanobert.tokenizer import encode_pairs
 
 WEB = Path(__file__).parent / "web"
-PANELS = {
-    PRETRAINING: ["fill-mask", "nsp", "score", "similarity", "attention", "explain"],
-    CAUSAL_LM: ["generate", "score", "similarity", "attention", "explain"],
-    SEQUENCE_CLASSIFICATION: ["classify"],
-    QUESTION_ANSWERING: ["answer"],
-}
+PANELS = {name: list(kind.panels) for name, kind in KINDS.items()}  # the panels that fit each kind
+# What loads a checkpoint for the page, by the interface that answers its kind (checkpoint.Kind.answered_by)
+LOADERS = {"language_model": load, "classifier": load_finetuned, "qa": load_qa_model}
 ROUTES = {route for panels in PANELS.values() for route in panels}  # POST /api/ROUTE
 GET_ROUTES = ("info", "run")  # GET /api/ROUTE: what the page shows besides the model's answers
 # Routes whose question has a sentence B; attention and explain take one if given, the others none.
@@ -211,21 +205,17 @@ class Served:
 
     def _load(self, checkpoint: Path) -> None:
         """Replace what is loaded with `checkpoint`, all or nothing (a failed load keeps the previous one)."""
-        model = classifier = qa = None
+        held = dict.fromkeys(LOADERS)
         try:
             kind = checkpoint_kind(read_config(checkpoint))
-            if kind == SEQUENCE_CLASSIFICATION:
-                classifier = load_finetuned(checkpoint, self.device)
-            elif kind == QUESTION_ANSWERING:
-                qa = load_qa_model(checkpoint, self.device)
-            elif kind in (PRETRAINING, CAUSAL_LM):
-                model = load(checkpoint, self.device)
-            else:
+            answered_by = KINDS[kind].answered_by if kind in KINDS else None
+            if answered_by not in LOADERS:
                 raise NanobertError(f"{checkpoint} holds a {kind} checkpoint, which the page cannot show")
+            held[answered_by] = LOADERS[answered_by](checkpoint, self.device)
         except OSError as e:  # replaced while being read: the next look loads the new one
             raise NanobertError(f"could not read {checkpoint} ({e.strerror or e}); try again") from None
         self.checkpoint, self.kind = checkpoint, kind
-        self.model, self.classifier, self.qa = model, classifier, qa
+        self.model, self.classifier, self.qa = held["language_model"], held["classifier"], held["qa"]
 
     def info(self) -> dict[str, Any]:
         """What is loaded (after loading a checkpoint that has appeared since the last look, if none was)."""

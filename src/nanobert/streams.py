@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -22,11 +23,11 @@ from nanobert.errors import NanobertError
 from nanobert.pretraining_data import (
     IGNORE_INDEX,
     Instance,
-    MaskingCollator,
     batches,
     causal_batches,
     causal_stream_tokens,
     create_instances,
+    nsp_documents,
     query_layout,
     require_causal_window,
 )
@@ -35,17 +36,69 @@ MLM_POSITIONS_MULTIPLE = 64  # masked-position count padded to this, so compiled
 QUERY_WIDTH_MULTIPLE = 8  # the last layer's queries per row, likewise ([CLS] + ~15% of 128 = ~20)
 
 
+def nsp_corpus_batches(
+    tokenized: list[list[list[int]]], cfg: TrainConfig, seq_len: int, batch_size: int, epoch: int
+) -> list[list[Instance]]:
+    """An in-memory corpus's epoch of NSP instances (google's algorithm, `dupe_factor` sets), batched."""
+    instances = [
+        inst
+        for dupe in range(cfg.dupe_factor)  # each set pairs and splits the documents afresh
+        for inst in create_instances(
+            tokenized,
+            seq_len,
+            seed=cfg.seed,
+            epoch=epoch * cfg.dupe_factor + dupe,
+            short_seq_prob=cfg.short_seq_prob,
+        )
+    ]
+    return batches(instances, batch_size, seed=cfg.seed, epoch=epoch, bucket=cfg.bucket_by_length)
+
+
+def check_nsp_corpus(tokenized: list[list[list[int]]], cfg: TrainConfig) -> None:
+    """NanobertError at once for a corpus that cannot give a next-sentence pair (one document)."""
+    nsp_documents(tokenized)
+
+
+def causal_corpus_batches(
+    tokenized: list[list[list[int]]], cfg: TrainConfig, seq_len: int, batch_size: int, epoch: int
+) -> list[list[Instance]]:
+    """An in-memory corpus's epoch of next-word windows, cut at fresh places, batched."""
+    return causal_batches(tokenized, seq_len, batch_size, cfg.seed, epoch)
+
+
+def check_causal_corpus(tokenized: list[list[list[int]]], cfg: TrainConfig) -> None:
+    """NanobertError at once for a corpus too short for one window (its epochs would have no batch)."""
+    require_causal_window(causal_stream_tokens(tokenized), cfg.max_seq_len)
+
+
+def add_query_layout(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """[CLS] and the masked positions of a masked batch, so the model's last layer computes only those
+    (model.py); computed after sharding, from the rows this rank keeps."""
+    batch["query_positions"], batch["mlm_positions"] = query_layout(
+        batch["labels"], MLM_POSITIONS_MULTIPLE, QUERY_WIDTH_MULTIPLE
+    )
+    return batch
+
+
 class CorpusInstances:
     """A tokenized corpus held in memory; each epoch is one window holding all of it.
 
     The in-memory twin of `prepare.WindowedInstances` (same interface), for corpora that fit in RAM.
-    NanobertError at once for a causal corpus too short for one window (its epochs would have no batch).
+    `corpus_batches` and `check` are the objective's (`objectives.Objective`; by default MLM + NSP's): how an
+    epoch is cut into batches of instances, and the NanobertError raised at once for a corpus whose epochs
+    would give no batch.
     """
 
-    def __init__(self, tokenized: list[list[list[int]]], cfg: TrainConfig):
-        if cfg.objective == "causal":
-            require_causal_window(causal_stream_tokens(tokenized), cfg.max_seq_len)
-        self.tokenized, self.cfg = tokenized, cfg
+    def __init__(
+        self,
+        tokenized: list[list[list[int]]],
+        cfg: TrainConfig,
+        corpus_batches: Callable = nsp_corpus_batches,
+        check: Callable | None = None,
+    ):
+        if check is not None:
+            check(tokenized, cfg)
+        self.tokenized, self.cfg, self.corpus_batches = tokenized, cfg, corpus_batches
 
     def num_windows(self, epoch: int) -> int:
         return 1
@@ -54,22 +107,8 @@ class CorpusInstances:
         return 1.0
 
     def batches(self, epoch: int, window: int, shape: tuple[int, int] | None = None) -> list[list[Instance]]:
-        cfg = self.cfg
-        seq_len, batch_size = shape or (cfg.max_seq_len, cfg.batch_size)
-        if cfg.objective == "causal":
-            return causal_batches(self.tokenized, seq_len, batch_size, cfg.seed, epoch)
-        instances = [
-            inst
-            for dupe in range(cfg.dupe_factor)  # each set pairs and splits the documents afresh
-            for inst in create_instances(
-                self.tokenized,
-                seq_len,
-                seed=cfg.seed,
-                epoch=epoch * cfg.dupe_factor + dupe,
-                short_seq_prob=cfg.short_seq_prob,
-            )
-        ]
-        return batches(instances, batch_size, seed=cfg.seed, epoch=epoch, bucket=cfg.bucket_by_length)
+        seq_len, batch_size = shape or (self.cfg.max_seq_len, self.cfg.batch_size)
+        return self.corpus_batches(self.tokenized, self.cfg, seq_len, batch_size, epoch)
 
 
 def shard_batch(batch: dict[str, torch.Tensor], rank: int, world_size: int) -> dict[str, torch.Tensor]:
@@ -115,12 +154,14 @@ class BatchStream:
         self,
         source: list[list[list[int]]] | Any,
         cfg: TrainConfig,
-        collator: MaskingCollator,
+        collator: Any,
         rank: int = 0,
         world_size: int = 1,
+        layout: Callable | None = add_query_layout,
     ):
         self.source = CorpusInstances(source, cfg) if isinstance(source, list) else source
         self.cfg, self.collator, self.rank, self.world_size = cfg, collator, rank, world_size
+        self.layout = layout  # the objective's, added to each sharded batch (None: nothing to add)
         self.epoch, self.window, self.index = 0, 0, 0
         self.progress = 0.0  # the fraction of the run done, as the training loop last said
         self.shape = cfg.epoch_shape(self.progress)  # this epoch's (window length, batch size)
@@ -171,11 +212,8 @@ class BatchStream:
         batch = self.collator(self._load()[self.index])
         self.index += 1
         batch = shard_batch(batch, self.rank, self.world_size)
-        if self.cfg.objective == "mlm_nsp":
-            # [CLS] and the masked positions, so the model's last layer computes only those (model.py).
-            batch["query_positions"], batch["mlm_positions"] = query_layout(
-                batch["labels"], MLM_POSITIONS_MULTIPLE, QUERY_WIDTH_MULTIPLE
-            )
+        if self.layout is not None:
+            batch = self.layout(batch)
         if bool(batch["attention_mask"].all()):
             # No padding: no mask, which lets SDPA use its fastest (flash) kernel. Decided here, on the host.
             del batch["attention_mask"]
@@ -266,6 +304,11 @@ __all__ = [
     "CorpusInstances",
     "Prefetcher",
     "Synchronous",
+    "add_query_layout",
+    "causal_corpus_batches",
+    "check_causal_corpus",
+    "check_nsp_corpus",
     "feeder",
+    "nsp_corpus_batches",
     "shard_batch",
 ]

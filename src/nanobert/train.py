@@ -61,16 +61,14 @@ from nanobert.engine import (
     shape_key,
 )
 from nanobert.errors import NanobertError
-from nanobert.evaluate import evaluate_model
 from nanobert.model import BertForPreTraining, BertLMHeadModel
-from nanobert.objectives import OBJECTIVES, Objective, collator, eval_batches, sample_batch
+from nanobert.objectives import OBJECTIVES, Objective, objective_of
 from nanobert.optim import build_optimizer
 from nanobert.plots import plot_curves
-from nanobert.prepare import WindowedInstances
-from nanobert.pretraining_data import nsp_documents
+from nanobert.prepare import PreparedSplit
 from nanobert.run_log import METRICS_NAME, RunLog, checkpoint_bytes, prepare_out_dir, write_summary
 from nanobert.sources import DataSources
-from nanobert.streams import BatchStream, feeder
+from nanobert.streams import BatchStream, CorpusInstances, feeder
 from nanobert.tokenizer import encode_documents, load_tokenizer, train_tokenizer
 
 
@@ -81,6 +79,7 @@ class _Setup:
     ctx: Distributed
     device: torch.device
     cfg: TrainConfig
+    objective: Objective
     sources: DataSources
     out_dir: Path
     model: BertForPreTraining | BertLMHeadModel
@@ -122,6 +121,7 @@ def pretrain(
     Under torchrun (WORLD_SIZE > 1 in the environment) this runs data-parallel; see the module docstring.
     Returns the summary dict (also written to summary.json, by rank 0).
     """
+    objective_of(train_config, model_config if resume is None else None)  # a wrong objective fails first
     step = read_config(resume).get("step", 0) if resume is not None and stop_after is not None else None
     if step is not None and stop_after <= step:  # it would train nothing and re-record the evaluation
         raise NanobertError(f"--stop-after {stop_after} is not past {resume}'s step {step}; give a later one")
@@ -172,20 +172,22 @@ def _setup(
         prepare_out_dir(out_dir, overwrite, create=False, inputs=(tokenizer_dir,))
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
+    objective = objective_of(cfg)
     data = _data_and_model(ctx, device, model_config, cfg, sources, resume, tokenizer_dir)
     vocab_size = data.model.config.vocab_size
     held_out: list[dict[str, torch.Tensor]] = []  # only rank 0 evaluates
-    ctx.on_main(lambda: held_out.extend(eval_batches(cfg, data.held_out, vocab_size)))
-    stream = BatchStream(  # checks that the corpus fills a batch, so before anything is written
-        data.source, cfg, collator(cfg, data.tokenizer, vocab_size), ctx.rank, ctx.world_size
+    shape = (cfg.max_seq_len, cfg.eval_batch_size, vocab_size, cfg.eval_seed)
+    ctx.on_main(lambda: held_out.extend(objective.held_out(data.held_out, *shape)))
+    stream = objective.stream(  # checks that the corpus fills a batch, so before anything is written
+        data.source, cfg, objective.collator(cfg, data.tokenizer, vocab_size), ctx.rank, ctx.world_size
     )
     if resume_state is not None:
         _refuse_a_finished_run(resume, resume_state, _plan(cfg, stream, None))
     if ctx.is_main and not in_place:
         prepare_out_dir(out_dir, overwrite, need=checkpoint_bytes(data.model, trainer_state=True))
     return _Setup(
-        ctx, device, cfg, sources, out_dir, data.model, data.tokenizer, stream, held_out, data.note,
-        data.counts, resume, resume_state,
+        ctx, device, cfg, objective, sources, out_dir, data.model, data.tokenizer, stream, held_out,
+        data.note, data.counts, resume, resume_state,
     )  # fmt: skip
 
 
@@ -215,7 +217,7 @@ def _refuse_a_finished_run(resume: Path, state: dict, plan: Plan) -> None:
 class _Data(NamedTuple):
     tokenizer: Tokenizer
     model: BertForPreTraining | BertLMHeadModel
-    source: list[list[list[int]]] | WindowedInstances  # what BatchStream walks
+    source: CorpusInstances | list[list[list[int]]] | PreparedSplit  # what the objective's stream walks
     counts: tuple[int, int]  # training documents and sentences
     held_out: list[list[list[int]]]
     note: str  # where the held-out split came from
@@ -239,7 +241,7 @@ def _data_and_model(
     if resume is not None:
         model, config = load_language_model(resume, map_location=device)
         tokenizer = checkpoint_tokenizer(resume, model, config)
-        if checkpoint_kind(config) != OBJECTIVES[cfg.objective].kind:
+        if checkpoint_kind(config) != objective_of(cfg).kind:
             raise NanobertError(
                 f"{resume} holds a {checkpoint_kind(config)} model; it cannot resume {cfg.objective}"
             )
@@ -253,9 +255,9 @@ def _data_and_model(
         torch.manual_seed(cfg.seed + 7919 * ctx.rank)
     if prepared is None:
         train_docs, held_docs, note = documents
-        source = encode_documents(tokenizer, train_docs)
-        if cfg.objective == "mlm_nsp":
-            nsp_documents(source)  # fail on a one-document corpus now, not at the first batch
+        # the objective's check of the corpus: it fails now (one document for NSP, too few tokens for one
+        # next-word window), not at the first batch
+        source = objective_of(cfg).source(encode_documents(tokenizer, train_docs), cfg)
         counts = (len(train_docs), sum(map(len, train_docs)))
         return _Data(tokenizer, model, source, counts, encode_documents(tokenizer, held_docs), note)
     if tokenizer.get_vocab() != prepared.tokenizer().get_vocab():
@@ -265,9 +267,7 @@ def _data_and_model(
         )
     split = prepared.split("train")
     held_out, note = sources.held_out(tokenizer)
-    return _Data(
-        tokenizer, model, WindowedInstances(split, cfg), (len(split), split.num_sentences()), held_out, note
-    )
+    return _Data(tokenizer, model, split, (len(split), split.num_sentences()), held_out, note)
 
 
 def _new_tokenizer(
@@ -289,14 +289,14 @@ def _new_tokenizer(
 
 def _new_model(model_config: ModelConfig, cfg: TrainConfig, vocab_size: int, device: torch.device):
     """A freshly initialised model for the objective, whose vocabulary is the trained tokenizer's."""
-    causal = cfg.objective == "causal"
-    model_config = dataclasses.replace(model_config, vocab_size=vocab_size, is_decoder=causal)
+    objective = objective_of(cfg)
+    model_config = dataclasses.replace(model_config, vocab_size=vocab_size, is_decoder=objective.is_decoder)
     if cfg.max_seq_len > model_config.max_position_embeddings:
         raise NanobertError(
             f"max_seq_len {cfg.max_seq_len} exceeds max_position_embeddings "
             f"{model_config.max_position_embeddings}"
         )
-    return OBJECTIVES[cfg.objective].model(model_config).to(device)
+    return objective.model(model_config).to(device)
 
 
 def _plan(cfg: TrainConfig, stream: BatchStream, stop_after: int | None) -> Plan:
@@ -340,7 +340,7 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
     if s.ctx.enabled:
         device_ids = [device.index] if device.type == "cuda" else None
         train_model = DistributedDataParallel(train_model, device_ids=device_ids)
-    objective = OBJECTIVES[cfg.objective]
+    objective = s.objective
     amp_dtype, why = _precision(s, objective)
     extra = {
         "data": dataclasses.asdict(s.sources),
@@ -359,7 +359,7 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
         feeder=feeder(s.stream, device),
         data_state=s.stream.state_dict(),
         loss=objective.loss,
-        evaluate=lambda: evaluate_model(model, s.eval_batches, device, amp_dtype),
+        evaluate=lambda: objective.metrics(model, s.eval_batches, device, amp_dtype),
         save=save,
         device=device,
         amp_dtype=amp_dtype,
@@ -385,7 +385,7 @@ def _precision(setup: _Setup, objective: Objective) -> tuple[torch.dtype | None,
         recorded = read_config(s.resume).get("precision")
         if recorded in ("fp32", "bf16"):
             return autocast_dtype(recorded, s.device), f"{recorded}, as the resumed run chose"
-    sample = sample_batch(cfg, s.model.config.vocab_size)
+    sample = objective.sample(cfg, s.model.config.vocab_size)
     step = precision_step(s.model, objective.loss, sample, s.device)
     key = shape_key(s.model, sample, cfg.objective)
     return s.ctx.on_main(lambda: choose_precision(cfg.precision, s.device, step, key))

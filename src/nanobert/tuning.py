@@ -4,14 +4,15 @@ examples with a dev evaluation after each epoch and the best epoch saved as best
 epoch's test scores, and the part of summary.json every task writes.
 
 `finetune.py` (classification and regression) and `qa.py` (extractive question answering) differ only in
-their head, their data, their loss and their dev metric; they hand those to `epoch_job` and run the loop
-every job runs (`engine.fit`).
+their head, their data, their loss, their dev metric and their summary: each is a `Task`, and `run_task` is
+the one job that runs either, in one order of steps around the loop every job runs (`engine.fit`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,10 +20,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from nanobert.checkpoint import save_checkpoint
+from nanobert.checkpoint import checkpoint_tokenizer, load_pretraining_checkpoint, save_checkpoint
 from nanobert.config import FinetuneConfig, ModelConfig
 from nanobert.device import choose_precision, hardware_description, resolve_device
-from nanobert.engine import Job, Outcome, Plan, RunState, precision_step, run_summary, shape_key
+from nanobert.engine import Job, Outcome, Plan, RunState, fit, precision_step, run_summary, shape_key
 from nanobert.finetune_data import Encoded, ExampleStream, collate
 from nanobert.model import BertForPreTraining
 from nanobert.optim import build_optimizer
@@ -197,10 +198,116 @@ def epoch_job(
     return job, plan, run, log
 
 
+# ----------------------------------------------------------------------------------------------------------
+# A task, and the one job that runs any task
+
+
+class Task:
+    """One fine-tuning run of a task: the parts that differ between tasks, which `run_task` calls in its one
+    order of steps. A subclass sets `digits` (of the test scores' line) and fills in the methods; it keeps
+    what they load (splits, labels, windows) on itself."""
+
+    digits: int
+
+    def check(self, cfg: FinetuneConfig, from_scratch: bool) -> None:
+        """NanobertError for settings the task cannot run, before anything loads."""
+
+    def load(self, files: dict[str, Any], tokenizer: Any, cfg: FinetuneConfig, pretrained: Any) -> None:
+        """Read and encode the train, dev and (optional) test files."""
+        raise NotImplementedError
+
+    def build(
+        self, pretrained: BertForPreTraining, from_scratch: bool, cfg: FinetuneConfig
+    ) -> torch.nn.Module:
+        """The task model: its head around `pretrained`'s encoder (or a fresh one: `with_encoder`)."""
+        raise NotImplementedError
+
+    def adapt(self, pretrained, model, tokenizer, cfg: FinetuneConfig, out_dir: Path, quiet: bool) -> dict:
+        """Masked-LM on the task's own text first (adapt.py), with `cfg.adapt_epochs`; its summary."""
+        raise NotImplementedError
+
+    def extra(self, checkpoint: str | Path, cfg: FinetuneConfig, from_scratch: bool) -> dict[str, Any]:
+        """What best/config.json records besides the model."""
+        raise NotImplementedError
+
+    def job(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        cfg: FinetuneConfig,
+        out_dir: Path,
+        extra: dict[str, Any],
+        saved: dict,  # the pretraining checkpoint's config.json
+        device: torch.device,
+        quiet: bool,
+    ) -> tuple[Job, Plan, RunState, RunLog]:
+        """What the loop needs (`epoch_job`: the task's loss, dev evaluation and metric) and the lines that
+        announce the run: (job, plan, run, log)."""
+        raise NotImplementedError
+
+    def after_fit(self, model: torch.nn.Module, out_dir: Path) -> None:
+        """What the task does with its best epoch before the test file (QA: the dev answers)."""
+
+    def test(self, model: torch.nn.Module, out_dir: Path, job: Job, cfg: FinetuneConfig) -> dict[str, float]:
+        """The best epoch's scores on the test file."""
+        raise NotImplementedError
+
+    def fields(self, out_dir: Path, checkpoint, extra: dict, run: RunState, test: dict | None) -> dict:
+        """The task's own fields of summary.json (scores, examples, ...), first in it."""
+        raise NotImplementedError
+
+    def closing(self, run: RunState, out_dir: Path) -> str:
+        """The run's last line."""
+        raise NotImplementedError
+
+
+def run_task(
+    task: Task,
+    checkpoint: str | Path,
+    files: dict[str, str | Path | None],
+    out_dir: str | Path,
+    cfg: FinetuneConfig,
+    *,
+    from_scratch: bool,
+    overwrite: bool,
+    quiet: bool,
+) -> dict[str, Any]:
+    """Fine-tune a pretraining checkpoint's encoder for `task` on files["train"], keep the best epoch on
+    files["dev"], score it on files["test"] when given; write best/, metrics.jsonl and summary.json (and
+    what the task adds). Returns the summary dict."""
+    wall_start, out_dir = time.perf_counter(), Path(out_dir)
+    task.check(cfg, from_scratch)
+    # setup: checkpoint and data first (every error before the output directory is touched), then the model
+    pretrained, saved = load_pretraining_checkpoint(checkpoint)
+    tokenizer = checkpoint_tokenizer(checkpoint, pretrained, saved)
+    task.load(files, tokenizer, cfg, pretrained)
+    model = task.build(pretrained, from_scratch, cfg)
+    device = start_run(model, cfg, out_dir, overwrite, checkpoint, files)
+    adaptation = task.adapt(pretrained, model, tokenizer, cfg, out_dir, quiet) if cfg.adapt_epochs else None
+    extra = task.extra(checkpoint, cfg, from_scratch)
+    # the loop: epochs of shuffled batches, a dev evaluation after each, the best one saved
+    job, plan, run, log = task.job(model, tokenizer, cfg, out_dir, extra, saved, device, quiet)
+    outcome = fit(job, plan, run, log)
+    task.after_fit(model, out_dir)
+    # the best epoch on the test file, if one was given
+    test_metrics = None
+    if files.get("test") is not None:
+        test_metrics = task.test(model, out_dir, job, cfg)
+        record_test(log, run, test_metrics, digits=task.digits)
+    summary = write_run_summary(
+        out_dir, task.fields(out_dir, checkpoint, extra, run, test_metrics), run=run, outcome=outcome,
+        wall_start=wall_start, model=model, device=device, cfg=cfg, files=files, adaptation=adaptation,
+    )  # fmt: skip
+    log.say(task.closing(run, out_dir))
+    return summary
+
+
 __all__ = [
+    "Task",
     "copy_encoder",
     "epoch_job",
     "record_test",
+    "run_task",
     "seed_run",
     "start_run",
     "with_encoder",
