@@ -52,8 +52,8 @@ def test_the_registry_is_the_one_list_of_names_and_kinds():
         assert objective.name == name and objective.kind in KINDS
         assert objective.model is KINDS[objective.kind].model and objective.commands
         assert objective_of_kind(objective.kind, "ckpt") is objective
-    with pytest.raises(NanobertError, match="objective must be one of mlm_nsp, causal, got 'hybrid'"):
-        objective_of(TrainConfig(objective="hybrid"))
+    with pytest.raises(NanobertError, match="objective must be one of mlm_nsp, causal, got 'gpt'"):
+        objective_of(TrainConfig(objective="gpt"))
     fine_tuned = next(kind for kind in KINDS if kind not in {o.kind for o in OBJECTIVES.values()})
     with pytest.raises(NanobertError, match="use it with: nanobert"):
         objective_of_kind(fine_tuned, "ckpt")

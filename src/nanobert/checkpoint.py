@@ -58,6 +58,8 @@ class Kind:
     answered_by: str  # the inference interface that answers it: language_model, classifier or qa
     predict_reads: str | None = None  # what `nanobert predict` reads with it: "table", "squad" or None
     hf_architecture: str | None = None  # the transformers class export-hf writes it as (None: not exported)
+    hf_leaves_out: str | None = None  # what of it that class cannot hold, as export-hf says
+    fill_mask_call: tuple[tuple[str, Any], ...] = ()  # the forward's keywords for reading a [MASK]
 
 
 KINDS = {

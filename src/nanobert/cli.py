@@ -746,6 +746,7 @@ def _add_export_hf(sub) -> None:
 
 
 def _cmd_export_hf(args) -> int:
+    from nanobert.checkpoint import KINDS, checkpoint_kind, read_config
     from nanobert.hf_export import export_hf
 
     out = export_hf(args.checkpoint, args.out, overwrite=args.overwrite)
@@ -753,7 +754,10 @@ def _cmd_export_hf(args) -> int:
     text = f"wrote {out}: {', '.join(files)}\n"
     architecture = json.loads((out / "config.json").read_text())["architectures"][0]
     text += f"load it with transformers.{architecture}.from_pretrained({str(out)!r})"
-    return _emit(args, {"out": str(out), "files": files}, text)
+    leaves_out = KINDS[checkpoint_kind(read_config(args.checkpoint))].hf_leaves_out
+    if leaves_out:  # said plainly: what the checkpoint does that the exported class cannot
+        text += f"\nnot exported: {leaves_out}"
+    return _emit(args, {"out": str(out), "files": files, "not_exported": leaves_out}, text)
 
 
 def _add_import_hf(sub) -> None:

@@ -88,7 +88,7 @@ def _on_device(
             yield {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
-def _perplexity(loss: float) -> float:
+def perplexity(loss: float) -> float:
     return math.exp(min(loss, 700.0))  # capped so a diverged model is inf-free
 
 
@@ -127,7 +127,7 @@ def _next_words(model: BertLMHeadModel, batch: dict[str, torch.Tensor]) -> Score
     return [(logits[:, :-1][keep], targets[keep])]  # (N, V), (N,)
 
 
-def _tallied(model, batches, device, autocast_dtype, scorer, n: int) -> list[_Tally]:
+def tallied(model, batches, device, autocast_dtype, scorer, n: int) -> list[_Tally]:
     """The tallies of `scorer`'s (scores, targets) pairs over every held-out batch."""
     device = torch.device(device)
     tallies = [_Tally(device) for _ in range(n)]
@@ -147,12 +147,12 @@ def mlm_nsp_metrics(
 ) -> dict[str, float]:
     """METRIC_KEYS of an MLM + NSP model on its fixed batches: per masked token and per pair, over the whole
     split."""
-    mlm, nsp = _tallied(model, batches, device, autocast_dtype, _masked_words_and_pairs, 2)
+    mlm, nsp = tallied(model, batches, device, autocast_dtype, _masked_words_and_pairs, 2)
     loss = mlm.mean_loss()
     return {
         "mlm_loss": loss,
         "mlm_accuracy": mlm.accuracy(),
-        "mlm_perplexity": _perplexity(loss),
+        "mlm_perplexity": perplexity(loss),
         "nsp_loss": nsp.mean_loss(),
         "nsp_accuracy": nsp.accuracy(),
     }
@@ -165,9 +165,9 @@ def causal_lm_metrics(
     autocast_dtype: torch.dtype | None = None,
 ) -> dict[str, float]:
     """CAUSAL_METRIC_KEYS of a causal model on its fixed batches, per predicted token over the whole split."""
-    (lm,) = _tallied(model, batches, device, autocast_dtype, _next_words, 1)
+    (lm,) = tallied(model, batches, device, autocast_dtype, _next_words, 1)
     loss = lm.mean_loss()
-    return {"lm_loss": loss, "lm_accuracy": lm.accuracy(), "lm_perplexity": _perplexity(loss)}
+    return {"lm_loss": loss, "lm_accuracy": lm.accuracy(), "lm_perplexity": perplexity(loss)}
 
 
 __all__ = [
@@ -177,6 +177,8 @@ __all__ = [
     "causal_lm_metrics",
     "eval_instances",
     "mlm_nsp_metrics",
+    "perplexity",
     "prepare_causal_eval_batches",
     "prepare_eval_batches",
+    "tallied",
 ]

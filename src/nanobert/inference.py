@@ -138,11 +138,12 @@ class InferenceModel:
         if command in KINDS[self.kind].commands:
             return
         command = shown or command
-        if self.model.config.is_decoder:
+        if self.model.config.is_decoder:  # the causal and hybrid kinds: trained on the next word
+            kind = KINDS[self.kind]
+            others = ", ".join(c for c in kind.commands if c != "generate")
             raise NanobertError(
-                f"{self.name} is a causal language model (pretrain --objective causal): it predicts the "
-                f"next word, not masked words or sentence pairs, so {command} does not apply; "
-                "use `nanobert generate`"
+                f"{self.name} is {kind.what}: its objective did not train it for {command}; use "
+                f"`nanobert generate` (it also fits: {others})"
             )
         raise NanobertError(
             f"{self.name} is a masked language model (BERT): it fills in [MASK]s and does not continue a "
@@ -225,7 +226,7 @@ class InferenceModel:
         text = _MASK_ANY_CASE.sub("[MASK]", text)
         if "[MASK]" not in text:
             raise NanobertError(f"the text has no [MASK] to fill; write one in, e.g. {_EXAMPLE_MASK!r}")
-        enc, out = self.forward(text)
+        enc, out = self.forward(text, **dict(KINDS[self.kind].fill_mask_call))
         ids = enc["input_ids"]
         positions = [i for i, t in enumerate(ids) if t == MASK_ID]
         if not positions:

@@ -117,16 +117,19 @@ class SelfAttention(nn.Module):
         attn_mask: torch.Tensor | None,
         output_attentions: bool = False,
         query_positions: torch.Tensor | None = None,
+        causal: bool | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, T, H); attn_mask (B, 1, 1, T) bool, True where a key may be attended to, or None (a causal
         model adds its lower-triangular mask to it);
-        query_positions (B, M): compute only these M queries per row (keys and values still cover all T).
+        query_positions (B, M): compute only these M queries per row (keys and values still cover all T);
+        causal: this call's direction, overriding the config's (a hybrid model reads both ways).
 
         Returns the attended values (B, Q, H) and, with output_attentions, the probabilities (B, nh, Q, T),
         where Q is T, or M with query_positions.
         """
         B, T, H = x.shape
-        if self.is_causal and query_positions is not None:
+        is_causal = self.is_causal if causal is None else causal
+        if is_causal and query_positions is not None:
             raise ValueError("a causal model computes every position; query_positions is for MLM pretraining")
         if query_positions is None:
             q, k, v = self.qkv(x).split(H, dim=-1)  # 3 x (B, T, H)
@@ -140,8 +143,8 @@ class SelfAttention(nn.Module):
         # split heads: (B, T, H) -> (B, nh, T, hd); the queries have Q rows, keys and values T
         q, k, v = (t.view(B, t.size(1), self.num_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))
         dropout_p = self.attn_dropout if self.training else 0.0
-        causal_kernel = self.is_causal and attn_mask is None  # SDPA's own causal mask, the fastest path
-        if self.is_causal and attn_mask is not None:  # padding too: combine the two masks
+        causal_kernel = is_causal and attn_mask is None  # SDPA's own causal mask, the fastest path
+        if is_causal and attn_mask is not None:  # padding too: combine the two masks
             attn_mask = attn_mask & torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # (B, 1, T, T)
         # SDPA has no CPU kernel with dropout: it falls back to this same math with torch's slow mask.
         if output_attentions or (dropout_p > 0 and x.device.type == "cpu"):
@@ -208,18 +211,20 @@ class EncoderLayer(nn.Module):
         attn_mask: torch.Tensor | None,
         output_attentions: bool = False,
         query_positions: torch.Tensor | None = None,
+        causal: bool | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x (B, T, H) -> (B, T, H), or (B, M, H) at query_positions (B, M) only."""
+        """x (B, T, H) -> (B, T, H), or (B, M, H) at query_positions (B, M) only; `causal` as for
+        SelfAttention."""
         # The residual stream continues only at the positions whose queries are computed.
         residual = x if query_positions is None else gather_positions(x, query_positions)
         if self.pre_layer_norm:
             a, probs = self.attention(
-                self.attention_layer_norm(x), attn_mask, output_attentions, query_positions
+                self.attention_layer_norm(x), attn_mask, output_attentions, query_positions, causal
             )
             x = residual + self.dropout(a)
             x = x + self.dropout(self.feed_forward(self.output_layer_norm(x)))
         else:
-            a, probs = self.attention(x, attn_mask, output_attentions, query_positions)
+            a, probs = self.attention(x, attn_mask, output_attentions, query_positions, causal)
             x = self.attention_layer_norm(residual + self.dropout(a))
             x = self.output_layer_norm(x + self.dropout(self.feed_forward(x)))
         return x, probs
@@ -255,6 +260,7 @@ class BertModel(nn.Module):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
         query_positions: torch.Tensor | None = None,
+        causal: bool | None = None,
     ) -> EncoderOutput:
         """input_ids, token_type_ids, attention_mask: (B, T) integers; attention_mask 1 = token, 0 = pad.
 
@@ -263,6 +269,8 @@ class BertModel(nn.Module):
         computes only those M queries (keys and values still cover every position), and last_hidden_state
         is (B, M, H) in that order. Pretraining needs only the masked positions and [CLS], so this skips
         ~85% of the last layer's work (`query_layout`).
+
+        causal: attend causally (True) or both ways (False) in this call; None follows `config.is_decoder`.
         """
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
@@ -276,7 +284,7 @@ class BertModel(nn.Module):
         attentions = [] if output_attentions else None
         for i, layer in enumerate(self.layers):
             last = i == len(self.layers) - 1
-            x, probs = layer(x, attn_mask, output_attentions, query_positions if last else None)
+            x, probs = layer(x, attn_mask, output_attentions, query_positions if last else None, causal)
             if output_hidden_states:
                 hidden_states.append(x)
             if output_attentions:

@@ -283,7 +283,7 @@ def eval_batches(cfg: TrainConfig, held_out: list, vocab_size: int) -> list[dict
     )
 
 
-def collator(cfg: TrainConfig, tokenizer: Tokenizer, vocab_size: int) -> MaskingCollator | CausalCollator:
+def collator(cfg: TrainConfig, tokenizer: Tokenizer, vocab_size: int) -> Any:
     """What turns the run's training instances into a batch."""
     return objective_of(cfg).collator(cfg, tokenizer, vocab_size)
 

@@ -20,10 +20,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from nanobert.checkpoint import checkpoint_tokenizer, load_pretraining_checkpoint, save_checkpoint
+from nanobert.checkpoint import (
+    checkpoint_tokenizer,
+    kind_of_model,
+    load_language_model,
+    save_checkpoint,
+    wrong_kind,
+)
 from nanobert.config import FinetuneConfig, ModelConfig
 from nanobert.device import choose_precision, hardware_description, resolve_device
 from nanobert.engine import Job, Outcome, Plan, RunState, fit, precision_step, run_summary, shape_key
+from nanobert.errors import NanobertError
 from nanobert.finetune_data import Encoded, ExampleStream, collate
 from nanobert.model import BertForPreTraining
 from nanobert.optim import build_optimizer
@@ -53,7 +60,8 @@ def with_encoder(
         # The control starts from BERT's own init: a position table scaled up for fast pretraining (the CPU
         # preset's 3x) left small from-scratch fine-tuning runs at chance, which would flatter pretraining.
         overrides["position_embedding_scale"] = ModelConfig.position_embedding_scale  # the default, 1.0
-    config = dataclasses.replace(pretrained.config, **overrides)
+    # Fine-tuning reads both ways, whatever the pretraining objective (a hybrid model's encoder too).
+    config = dataclasses.replace(pretrained.config, is_decoder=False, **overrides)
     model = head_model(config)
     if not from_scratch:
         copy_encoder(pretrained, model)
@@ -61,12 +69,14 @@ def with_encoder(
 
 
 def copy_encoder(pretrained: BertForPreTraining, model: torch.nn.Module) -> None:
-    """`pretrained`'s encoder (and pooler, where the task model has one) into `model.bert`; the MLM and NSP
-    heads stay behind."""
+    """`pretrained`'s encoder (and pooler, where both have one) into `model.bert`; the MLM and NSP heads stay
+    behind. A language model without a pooler (causal, hybrid) leaves the task model's fresh one."""
     state = pretrained.bert.state_dict()
     if model.bert.pooler is None:
         state = {k: v for k, v in state.items() if not k.startswith("pooler.")}
-    model.bert.load_state_dict(state)
+    missing, unexpected = model.bert.load_state_dict(state, strict=False)
+    if unexpected or any(not k.startswith("pooler.") for k in missing):
+        raise RuntimeError(f"encoder weights do not fit: missing {missing}, unexpected {unexpected}")
 
 
 def start_run(
@@ -278,7 +288,11 @@ def run_task(
     wall_start, out_dir = time.perf_counter(), Path(out_dir)
     task.check(cfg, from_scratch)
     # setup: checkpoint and data first (every error before the output directory is touched), then the model
-    pretrained, saved = load_pretraining_checkpoint(checkpoint)
+    pretrained, saved = load_language_model(checkpoint)
+    if "finetune" not in kind_of_model(pretrained).commands:
+        raise wrong_kind(checkpoint, kind_of_model(pretrained).name, "a pretraining checkpoint")
+    if cfg.adapt_epochs and not isinstance(pretrained, BertForPreTraining):
+        raise NanobertError("--adapt-epochs re-runs BERT's masked-LM and NSP heads; this checkpoint has none")
     tokenizer = checkpoint_tokenizer(checkpoint, pretrained, saved)
     task.load(files, tokenizer, cfg, pretrained)
     model = task.build(pretrained, from_scratch, cfg)
