@@ -283,8 +283,7 @@ def test_each_objective_refuses_the_other_ones_commands(checkpoint, causal, caps
         (["fill-mask", causal, "a [MASK] b"], "use `nanobert generate`"),
         (["nsp", causal, "a", "b"], "use `nanobert generate`"),
         (["generate", checkpoint, "alpha"], "use `nanobert fill-mask`"),
-        (["finetune", causal, "--train", "x.csv", "--dev", "x.csv", "--text-col", "a", "--label-col", "b"],
-         "not a pretraining checkpoint"),
+        (["answer", causal, "--question", "q", "--context", "c"], "not a question-answering model"),
     ]:  # fmt: skip
         code, _, err = run_cli(capsys, *argv)
         assert code == 2 and len(err.splitlines()) == 1 and needle in err, err

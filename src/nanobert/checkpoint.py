@@ -74,7 +74,7 @@ KINDS = {
         ),
         Kind(
             CAUSAL_LM, "a causal language model (pretrain --objective causal)", BertLMHeadModel,
-            ("generate", "evaluate", "attention", "explain", "export-hf"),
+            ("generate", "evaluate", "attention", "explain", "finetune", "export-hf"),
             ("generate", "score", "similarity", "attention", "explain"),
             "language_model", hf_architecture="BertLMHeadModel",
         ),
