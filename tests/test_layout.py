@@ -41,6 +41,7 @@ FLOORS = {
     "engine": 4,
     "scoring": 4,  # sentence (pseudo-)log-likelihoods of either language model
     "held_out": 4,  # the held-out protocol: each objective's fixed batches and metrics
+    "hybrid": 5,  # the hybrid objective's batches, loss and held-out metrics (GPT-BERT)
     # 5-6: where the data comes from; using, evaluating and exporting checkpoints
     "sources": 5,
     "inference": 5,

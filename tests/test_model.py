@@ -304,7 +304,7 @@ def causal_config(tiny_config, **kw):
     return dataclasses.replace(tiny_config, is_decoder=True, **kw)
 
 
-@pytest.mark.parametrize("model_class", ["BertLMHeadModel"])
+@pytest.mark.parametrize("model_class", ["BertLMHeadModel", "BertForHybridLM"])
 @pytest.mark.parametrize("pre_layer_norm", [False, True])
 def test_a_causal_position_never_sees_a_later_token(tiny_config, pre_layer_norm, model_class):
     """Changing tokens after position t changes no output at t; the same probe catches a bidirectional one.

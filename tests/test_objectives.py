@@ -52,7 +52,7 @@ def test_the_registry_is_the_one_list_of_names_and_kinds():
         assert objective.name == name and objective.kind in KINDS
         assert objective.model is KINDS[objective.kind].model and objective.commands
         assert objective_of_kind(objective.kind, "ckpt") is objective
-    with pytest.raises(NanobertError, match="objective must be one of mlm_nsp, causal, got 'gpt'"):
+    with pytest.raises(NanobertError, match="objective must be one of mlm_nsp, causal, hybrid, got 'gpt'"):
         objective_of(TrainConfig(objective="gpt"))
     fine_tuned = next(kind for kind in KINDS if kind not in {o.kind for o in OBJECTIVES.values()})
     with pytest.raises(NanobertError, match="use it with: nanobert"):

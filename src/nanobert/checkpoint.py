@@ -26,6 +26,7 @@ from safetensors.torch import load_file, save_file
 from nanobert.config import ModelConfig, TrainConfig, config_from_dict, config_to_dict
 from nanobert.errors import NanobertError, raise_user_os_error
 from nanobert.model import (
+    BertForHybridLM,
     BertForPreTraining,
     BertForQuestionAnswering,
     BertForSequenceClassification,
@@ -41,6 +42,7 @@ TRAINER_STATE_NAME = "trainer_state.pt"
 # The kinds of checkpoint, recorded in config.json.
 PRETRAINING = "pretraining"  # BertForPreTraining: MLM + NSP heads
 CAUSAL_LM = "causal_lm"  # BertLMHeadModel: the causal next-word model (`pretrain --objective causal`)
+HYBRID_LM = "hybrid_lm"  # BertForHybridLM: next word and masked word on one head (`--objective hybrid`)
 SEQUENCE_CLASSIFICATION = "sequence_classification"  # a fine-tuned BertForSequenceClassification
 QUESTION_ANSWERING = "question_answering"  # a fine-tuned BertForQuestionAnswering (SQuAD-style spans)
 
@@ -77,6 +79,14 @@ KINDS = {
             ("generate", "evaluate", "attention", "explain", "finetune", "export-hf"),
             ("generate", "score", "similarity", "attention", "explain"),
             "language_model", hf_architecture="BertLMHeadModel",
+        ),
+        Kind(
+            HYBRID_LM, "a hybrid language model (pretrain --objective hybrid)", BertForHybridLM,
+            ("generate", "fill-mask", "evaluate", "attention", "explain", "finetune", "export-hf"),
+            ("generate", "fill-mask", "score", "similarity", "attention", "explain"),
+            "language_model", hf_architecture="BertLMHeadModel",
+            hf_leaves_out="the masked reading (both ways, shifted by one); transformers reads the next word",
+            fill_mask_call=(("causal", False),),
         ),
         Kind(
             SEQUENCE_CLASSIFICATION, "a fine-tuned model", BertForSequenceClassification, ("predict",),
@@ -446,6 +456,7 @@ def load_trainer_state(directory: str | Path) -> dict:
 
 __all__ = [
     "CAUSAL_LM",
+    "HYBRID_LM",
     "KINDS",
     "Kind",
     "kind_of_model",

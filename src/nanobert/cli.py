@@ -56,11 +56,12 @@ def _job_options(p, overwrite_help: str) -> None:
 
 
 def _add_pretrain(sub) -> None:
-    help = "train a BERT from scratch (MLM + NSP, or the causal next-word objective)"
+    help = "train a BERT from scratch (MLM + NSP, the causal next-word objective, or both: hybrid)"
     p = _command(sub, "pretrain", _cmd_pretrain, help)
     p.add_argument(  # the names are objectives.OBJECTIVES' keys, checked there (importing it here is slow)
         "--objective",
-        help="mlm_nsp (default): BERT's masked words + next sentence; causal: GPT's next word",
+        help="mlm_nsp (default): BERT's masked words + next sentence; causal: GPT's next word; "
+        "hybrid: both on one head (GPT-BERT; --set causal_fraction=...)",
     )
     p.add_argument(
         "--data",
@@ -105,8 +106,8 @@ def _add_pretrain(sub) -> None:
 
 
 def _cmd_pretrain(args) -> int:
-    """Train a BERT from scratch with masked-LM and next-sentence prediction, or the same stack with causal
-    attention on next-word prediction (--objective causal)."""
+    """Train a BERT from scratch with masked-LM and next-sentence prediction, the same stack with causal
+    attention on next-word prediction (--objective causal), or both on one head (--objective hybrid)."""
     from nanobert.config import new_run_configs, parse_overrides
     from nanobert.device import resolve_device
     from nanobert.sources import DataSources

@@ -108,8 +108,10 @@ class TrainConfig:
 
     seed: int = 1337
     # mlm_nsp: BERT's masked words + next sentence; causal: GPT's next word (the same stack, causal
-    # attention). A key of `objectives.OBJECTIVES`, which checks it (this floor cannot see that registry).
+    # attention); hybrid: both, on one head (GPT-BERT). A key of `objectives.OBJECTIVES`, which checks it
+    # (this floor cannot see that registry).
     objective: str = "mlm_nsp"
+    causal_fraction: float = 1 / 16  # hybrid: the share of batches that are next-word (GPT-BERT's 1 in 16)
     # data
     vocab_size: int = 8192  # WordPiece size to train; the model's vocab_size follows the trained tokenizer
     tokenizer_min_frequency: int = 2  # a word piece must occur this often to enter the vocabulary
@@ -177,6 +179,7 @@ class TrainConfig:
             [
                 ("max_seq_len", self.max_seq_len >= 8, "at least 8"),
                 ("mask_prob", 0.0 < self.mask_prob < 1.0, "in (0, 1)"),
+                ("causal_fraction", 0.0 <= self.causal_fraction <= 1.0, "in [0, 1]"),
                 (
                     "short_seq_len",
                     self.short_seq_len is None or 8 <= self.short_seq_len < self.max_seq_len,

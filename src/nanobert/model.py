@@ -5,7 +5,8 @@ Understanding", and matches transformers' `modeling_bert.py` numerically (tests/
 down from the smallest module to the largest:
 
     Embeddings -> SelfAttention -> FeedForward -> EncoderLayer -> BertModel -> LMPredictionHead
-    -> BertForPreTraining / BertLMHeadModel / BertForSequenceClassification / BertForQuestionAnswering
+    -> BertForPreTraining / BertLMHeadModel / BertForHybridLM / BertForSequenceClassification
+    -> BertForQuestionAnswering
 
 With `config.is_decoder` the same stack attends causally (each token sees only itself and the tokens before
 it), and `BertLMHeadModel` reads the vocabulary head as GPT does: the output at position t predicts the token
@@ -613,6 +614,61 @@ class BertLMHeadModel(BertPreTrainedModel):
 
 
 @dataclass
+class HybridLMOutput:
+    """What BertForHybridLM.forward returns: CausalLMOutput's fields, read in either direction."""
+
+    loss: torch.Tensor | None  # mean cross-entropy over the labelled outputs
+    logits: torch.Tensor | None  # (B, T, V): position t scores the token at t + 1; None without return_logits
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+    @property
+    def prediction_logits(self) -> torch.Tensor:
+        """The logits by the position they fill, (B, T, V): position t holds output t - 1's (position 0,
+        which nothing precedes, zeros), so a [MASK] at t is read where BERT's fill-mask reads it."""
+        return F.pad(self.logits[:, :-1], (0, 0, 1, 0))
+
+
+class BertForHybridLM(BertLMHeadModel):
+    """GPT-BERT (Charpentier & Samuel 2024): one stack trained on next-word and masked batches alike.
+
+    The masked prediction is shifted like the causal one, so one head serves both: the output at t predicts
+    the token at t + 1, read causally (`causal=True`: the next word) or both ways (`causal=False`: the [MASK]
+    at t + 1, with the text on both sides of it). The weights are BertLMHeadModel's and `config.is_decoder`
+    is set, so generation, scoring and the attention maps read it causally unless a call asks otherwise.
+    """
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        return_logits: bool = True,
+        causal: bool = True,
+    ) -> HybridLMOutput:
+        """labels (B, T), already shifted: labels[:, t] is the token output t predicts (-100: none), as the
+        hybrid objective lays out both kinds of batch. return_logits=False (training, with labels): the loss
+        over the labelled outputs only (a masked batch labels a fraction of them), without the logits."""
+        enc = self.bert(
+            input_ids, token_type_ids, attention_mask, output_attentions, output_hidden_states, causal=causal
+        )
+        h, decoder_weight = enc.last_hidden_state, self.bert.embeddings.word_embeddings.weight  # tied
+        logits = self.lm_head(h, decoder_weight) if return_logits or labels is None else None  # (B, T, V)
+        loss = None
+        if labels is not None:
+            keep = labels != IGNORE_INDEX  # (B, T)
+            if logits is None:
+                loss = self.lm_head.loss(h[keep], decoder_weight, labels[keep])  # (N, H) rows only
+            else:
+                total = F.cross_entropy(logits[keep].float(), labels[keep], reduction="sum")
+                loss = total / keep.sum().clamp(min=1)
+        return HybridLMOutput(loss, logits, enc.hidden_states, enc.attentions)
+
+
+@dataclass
 class SequenceClassifierOutput:
     loss: torch.Tensor | None
     logits: torch.Tensor  # (B, num_labels); for regression num_labels == 1
@@ -690,6 +746,7 @@ class BertForQuestionAnswering(BertPreTrainedModel):
 
 __all__ = [
     "IGNORE_INDEX",
+    "BertForHybridLM",
     "BertForPreTraining",
     "BertForQuestionAnswering",
     "BertLMHeadModel",
@@ -699,6 +756,7 @@ __all__ = [
     "BertModel",
     "BertPreTrainedModel",
     "EncoderOutput",
+    "HybridLMOutput",
     "PreTrainingOutput",
     "QuestionAnsweringOutput",
     "SequenceClassifierOutput",

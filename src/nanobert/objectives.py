@@ -2,7 +2,8 @@
 
 `mlm_nsp` (Devlin et al. 2019): masked words and next sentence, both sides of every word visible.
 `causal` (Radford et al. 2018): the next word, each token seeing only the tokens before it (the model's
-`is_decoder` flag makes the attention causal). Everything else, the data sources, tokenizer, training loop,
+`is_decoder` flag makes the attention causal). `hybrid` (Charpentier & Samuel 2024): both, on one head, with
+the masked prediction shifted by one (hybrid.py). Everything else, the data sources, tokenizer, training loop,
 checkpoints, resume and DDP, is shared. An `Objective` carries what is not: the model class and the checkpoint
 kind it writes, how an in-memory corpus (`streams.py`) or a prepared one (`prepare.py`) becomes batches of
 instances, the collator, the fixed held-out batches and their metrics (`held_out.py`), the sample batch that
@@ -21,7 +22,7 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
-from nanobert.checkpoint import CAUSAL_LM, KINDS, PRETRAINING, wrong_kind
+from nanobert.checkpoint import CAUSAL_LM, HYBRID_LM, KINDS, PRETRAINING, wrong_kind
 from nanobert.config import ModelConfig, TrainConfig
 from nanobert.errors import NanobertError
 from nanobert.held_out import (
@@ -31,6 +32,16 @@ from nanobert.held_out import (
     mlm_nsp_metrics,
     prepare_causal_eval_batches,
     prepare_eval_batches,
+)
+from nanobert.hybrid import (
+    METRIC_KEYS as HYBRID_METRIC_KEYS,
+)
+from nanobert.hybrid import (
+    HybridCollator,
+    hybrid_held_out,
+    hybrid_loss,
+    hybrid_metrics,
+    hybrid_sample,
 )
 from nanobert.model import IGNORE_INDEX
 from nanobert.prepare import (
@@ -243,9 +254,40 @@ CAUSAL = Objective(
 )
 
 # ----------------------------------------------------------------------------------------------------------
+# Hybrid (GPT-BERT: masked and next-word batches on one head; its functions are hybrid.py's)
+
+
+def hybrid_collator(cfg: TrainConfig, tokenizer: Tokenizer, vocab_size: int) -> HybridCollator:
+    """The run's masking collator, and the draw of which batches are next-word instead."""
+    return HybridCollator(
+        masking_collator(cfg, tokenizer, vocab_size), cfg.causal_fraction, cfg.seed, cfg.pad_to_multiple_of
+    )
+
+
+HYBRID = Objective(
+    name="hybrid",
+    kind=HYBRID_LM,
+    is_decoder=True,  # causal unless a batch (or fill-mask) asks for both ways
+    loss=hybrid_loss,
+    metric="loss",  # the masked and next-word held-out losses, summed: best/ serves both
+    higher_is_better=False,
+    metric_keys=HYBRID_METRIC_KEYS,
+    metrics=hybrid_metrics,
+    held_out=hybrid_held_out,
+    collator=hybrid_collator,
+    sample=hybrid_sample,
+    corpus_batches=causal_corpus_batches,  # both kinds of batch cut the text as the causal objective does
+    check_corpus=check_causal_corpus,
+    window_batches=causal_window_batches,
+    check_windows=check_causal_windows,
+    layout=None,  # a next-word batch needs every position, so the last layer computes them all
+    check_model=_no_check,
+)
+
+# ----------------------------------------------------------------------------------------------------------
 # The registry: a new objective is one more record here
 
-OBJECTIVES = {objective.name: objective for objective in (MLM_NSP, CAUSAL)}
+OBJECTIVES = {objective.name: objective for objective in (MLM_NSP, CAUSAL, HYBRID)}
 
 
 def objective_of(cfg: TrainConfig, model_config: ModelConfig | None = None) -> Objective:
@@ -296,6 +338,7 @@ def sample_batch(cfg: TrainConfig, vocab_size: int) -> dict[str, torch.Tensor]:
 
 __all__ = [
     "CAUSAL",
+    "HYBRID",
     "MLM_NSP",
     "OBJECTIVES",
     "Objective",
