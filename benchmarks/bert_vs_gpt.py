@@ -1,24 +1,30 @@
-"""BERT vs GPT on the same stack: what does seeing both sides of a word buy?
+"""BERT vs GPT vs both on the same stack: what does seeing both sides of a word buy, and can one model
+have both?
 
-Trains the two objectives with the same shape, the same tokenizer and the same CPU time on the WikiText-2
-protocol (train on wiki.valid.tokens, with best/ chosen on its last 10% of documents; test on
-wiki.test.tokens), then scores both on the same held-out positions: the positions the fixed evaluation
-masking chooses (15%, 80/10/10, seed 0) in the standard held-out NSP pairs.
+Trains the three objectives (BERT's mlm_nsp, GPT's causal, and the hybrid GPT-BERT) with the same shape, the
+same tokenizer and the same CPU time on the WikiText-2 protocol (train on wiki.valid.tokens, with best/
+chosen on its last 10% of documents; test on wiki.test.tokens), then scores all on the same held-out
+positions: the positions the fixed evaluation masking chooses (15%, 80/10/10, seed 0) in the standard
+held-out NSP pairs.
 
 - BERT predicts each masked token from both sides (the 80/10/10-corrupted pair, as in the held-out metric).
 - GPT predicts the same token from the left context only: the pair's words before it (the [SEP] between A
   and B removed, since GPT only ever saw [SEP] at a document's end), uncorrupted.
+- The hybrid reads BERT's corrupted pair both ways, without the pair's [SEP]s (it, too, saw [SEP] only at a
+  document's end), and predicts each masked token from the output before it (its shifted head).
 
 Accuracy is split by where the token sits in its sentence: the first word, the last word (before the
-closing punctuation), or anywhere else. Each model's own held-out loss and perplexity are reported too
-(BERT: masked tokens; GPT: every next word of the test file). With `--blimp DIR` both are also scored on
+closing punctuation), or anywhere else. Each model's own held-out perplexity is reported too (BERT: masked
+tokens; GPT: every next word of the test file; the hybrid: both, the next words being GPT's very targets).
+With `--sst2 DIR` each is fine-tuned on SST-2 (`nanobert finetune`, the CLI's defaults, one seed) and
+scored on its dev set. With `--blimp DIR` both are also scored on
 BLiMP's minimal pairs (`nanobert blimp`: BERT by pseudo-log-likelihood, GPT by log-likelihood), overall and
 by field, beside the published figures of the BLiMP repository's results (models_summary.jsonl). The two
 objectives train at once, one process and one thread each, so they share the machine evenly:
 
     python benchmarks/bert_vs_gpt.py --train ../shared/data/wikitext-2/wiki.valid.tokens \\
         --test ../shared/data/wikitext-2/wiki.test.tokens --time-budget 1800 --out runs/bert-vs-gpt \\
-        --blimp ../shared/data/blimp
+        --blimp ../shared/data/blimp --sst2 ../shared/data/glue/sst2
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from pathlib import Path
 import torch
 
 from nanobert.blimp import PUBLISHED, evaluate_blimp, load_blimp
-from nanobert.checkpoint import load_causal_lm, load_pretraining_checkpoint, read_config
+from nanobert.checkpoint import load_language_model, read_config
 from nanobert.config import build_configs, parse_overrides
 from nanobert.corpus import load_documents
 from nanobert.errors import (
@@ -53,6 +59,7 @@ from nanobert.evaluate import (
     prepare_causal_eval_batches,
     prepare_eval_batches,
 )
+from nanobert.hybrid import hybrid_held_out
 from nanobert.inference import load
 from nanobert.model import IGNORE_INDEX
 from nanobert.scoring import scoring_precision
@@ -62,12 +69,35 @@ PLACES = ("first word", "middle", "last word")
 SENTENCE_END = {".", "!", "?"}
 FILL = ["the [MASK] of the united states is the head of state .", "the cat sat on the [MASK] ."]
 PROMPTS = ["the president of the united states", "the cat sat on the"]
+# The three models: their key in results.json, objective, name in the tables and what each position sees.
+MODELS = {
+    "bert": ("mlm_nsp", "BERT (MLM + NSP)", "both sides"),
+    "gpt": ("causal", "GPT (causal)", "left only"),
+    "hybrid": ("hybrid", "hybrid (GPT-BERT)", "both sides, or left only"),
+}
+OBJECTIVES = [objective for objective, _, _ in MODELS.values()]
 
 
-def train_both(args: argparse.Namespace, out: Path) -> None:
-    """Both objectives at once, `nanobert pretrain` in two processes of one thread each; GPT reuses the
-    tokenizer BERT trains (trained first, in a few seconds, so that both see the very same word pieces)."""
+def run_at_once(commands: dict[str, list[str]], out: Path) -> None:
+    """The commands at once, one thread each; NAME.json (stdout) and NAME.log (stderr) of each in `out`."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    procs = {
+        name: subprocess.Popen(
+            command,
+            env=env,
+            stdout=open(out / f"{name}.json", "w"),  # noqa: SIM115 - closed with the process
+            stderr=open(out / f"{name}.log", "w"),  # noqa: SIM115
+        )
+        for name, command in commands.items()
+    }
+    for name, proc in procs.items():
+        if proc.wait() != 0:
+            raise SystemExit(f"{name} failed; see {out / name}.log")
+
+
+def train_all(args: argparse.Namespace, out: Path) -> None:
+    """The three objectives at once, `nanobert pretrain` in three processes of one thread each, sharing the
+    machine evenly; all read the one tokenizer trained first (a few seconds), so all see the same pieces."""
     base = [sys.executable, "-m", "nanobert", "pretrain", "--train", args.train, "--preset", args.preset]
     base += ["--time-budget", str(args.time_budget), "--seed", str(args.seed), "--quiet", "--overwrite"]
     tokenizer = out / "tokenizer"
@@ -77,19 +107,34 @@ def train_both(args: argparse.Namespace, out: Path) -> None:
 
         train_docs, _, _ = DataSources(data=None, train_file=args.train).documents()
         save_tokenizer(train_tokenizer((s for d in train_docs for s in d), 8192), tokenizer)
-    procs = {
-        objective: subprocess.Popen(
-            [*base, "--objective", objective, "--out", str(out / objective), "--tokenizer", str(tokenizer)]
-            + (["--set", *args.set] if args.set else []),
-            env=env,
-            stdout=open(out / f"{objective}.json", "w"),  # noqa: SIM115 - closed with the process
-            stderr=open(out / f"{objective}.log", "w"),  # noqa: SIM115
-        )
-        for objective in ("mlm_nsp", "causal")
+    run_at_once(
+        {
+            objective: [*base, "--objective", objective, "--out", str(out / objective)]
+            + ["--tokenizer", str(tokenizer)]
+            + (["--set", *args.set] if args.set else [])
+            for objective in OBJECTIVES
+        },
+        out,
+    )
+
+
+def finetune_all(out: Path, sst2: str, seed: int) -> dict:
+    """Each model's best/ fine-tuned on SST-2 with the CLI's defaults, at once; dev accuracy of the best
+    epoch."""
+    files = ["--train", f"{sst2}/train.tsv", "--dev", f"{sst2}/dev.tsv", "--text-col", "sentence"]
+    files += ["--label-col", "label", "--seed", str(seed), "--quiet", "--overwrite"]
+    run_at_once(
+        {
+            f"sst2-{key}": [sys.executable, "-m", "nanobert", "finetune", str(out / objective / "best")]
+            + [*files, "--out", str(out / f"sst2-{key}")]
+            for key, (objective, _, _) in MODELS.items()
+        },
+        out,
+    )
+    return {
+        key: json.loads((out / f"sst2-{key}" / "summary.json").read_text())["dev"]["accuracy"]
+        for key in MODELS
     }
-    for objective, proc in procs.items():
-        if proc.wait() != 0:
-            raise SystemExit(f"{objective} training failed; see {out / objective}.log")
 
 
 def sentence_places(documents: list[list[list[int]]], tokenizer) -> list[list[list[str]]]:
@@ -135,17 +180,18 @@ def where_each_token_sits(tokenized, tokenizer, max_seq_len: int, eval_seed: int
 
 
 @torch.no_grad()
-def same_positions(bert_dir: Path, gpt_dir: Path, test_file: str) -> dict:
-    """Accuracy of both models at the positions the fixed evaluation masking chooses, split by place."""
-    bert, config = load_pretraining_checkpoint(bert_dir)
-    gpt, _ = load_causal_lm(gpt_dir)
-    tokenizer = load_tokenizer(bert_dir)
+def same_positions(dirs: dict[str, Path], test_file: str) -> dict:
+    """Accuracy of the three models at the positions the fixed evaluation masking chooses, split by place."""
+    bert, config = load_language_model(dirs["bert"])
+    gpt, _ = load_language_model(dirs["gpt"])
+    hybrid, _ = load_language_model(dirs["hybrid"])
+    tokenizer = load_tokenizer(dirs["bert"])
     max_seq_len, eval_seed = config["train"]["max_seq_len"], config["train"]["eval_seed"]
     tokenized = encode_documents(tokenizer, load_documents(test_file, "test"))
     originals = eval_instances(tokenized, max_seq_len, eval_seed)
     batches = prepare_eval_batches(tokenized, max_seq_len, 64, bert.config.vocab_size, eval_seed)
     places = where_each_token_sits(tokenized, tokenizer, max_seq_len, eval_seed)
-    hits: dict[str, dict[str, list[int]]] = {"bert": defaultdict(list), "gpt": defaultdict(list)}
+    hits: dict[str, dict[str, list[int]]] = {key: defaultdict(list) for key in MODELS}
     row = 0
     for batch in batches:
         out = bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
@@ -157,11 +203,15 @@ def same_positions(bert_dir: Path, gpt_dir: Path, test_file: str) -> dict:
             keep = [p for p, t in enumerate(original) if t != SEP_ID and (p == 0 or t != CLS_ID)]
             gpt_ids = torch.tensor([[original[p] for p in keep]])
             gpt_guess = gpt(gpt_ids).logits[0].argmax(-1)  # position g guesses the token at g + 1
+            # the hybrid reads the same positions as BERT, corrupted as BERT's are, both ways
+            hybrid_ids = batch["input_ids"][b, keep][None]
+            hybrid_guess = hybrid(hybrid_ids, causal=False).logits[0].argmax(-1)  # g guesses g + 1
             at = {p: g for g, p in enumerate(keep)}
             for p in targets:
                 place = places[row][p]
                 hits["bert"][place].append(int(bert_guess[b, p] == original[p]))
                 hits["gpt"][place].append(int(gpt_guess[at[p] - 1] == original[p]))
+                hits["hybrid"][place].append(int(hybrid_guess[at[p] - 1] == original[p]))
             row += 1
     table = {}
     for model, by_place in hits.items():
@@ -172,33 +222,48 @@ def same_positions(bert_dir: Path, gpt_dir: Path, test_file: str) -> dict:
     return table
 
 
-def own_metrics(bert_dir: Path, gpt_dir: Path, test_file: str) -> dict:
-    """Each model's own held-out figures on the test file: BERT's MLM + NSP, GPT's next word."""
-    bert, config = load_pretraining_checkpoint(bert_dir)
-    gpt, _ = load_causal_lm(gpt_dir)
-    tokenizer = load_tokenizer(bert_dir)
+def own_metrics(dirs: dict[str, Path], test_file: str) -> dict:
+    """Each model's own held-out figures on the test file: BERT's MLM + NSP, GPT's next word, the hybrid's
+    both (its next-word targets are GPT's: the same windows)."""
+    bert, config = load_language_model(dirs["bert"])
+    tokenizer = load_tokenizer(dirs["bert"])
     tokenized = encode_documents(tokenizer, load_documents(test_file, "test"))
-    cfg = config["train"]
-    masked = prepare_eval_batches(tokenized, cfg["max_seq_len"], 64, bert.config.vocab_size, cfg["eval_seed"])
-    windows = prepare_causal_eval_batches(tokenized, cfg["max_seq_len"], 64)
-    return {"bert": evaluate_model(bert, masked, "cpu"), "gpt": evaluate_model(gpt, windows, "cpu")}
-
-
-def examples(bert_dir: Path, gpt_dir: Path) -> dict:
-    bert, gpt = load(bert_dir), load(gpt_dir)
-    fills = {text: [c.token for c in bert.fill_mask(text, top_k=5).masks[0].candidates] for text in FILL}
-    generations = {p: gpt.generate(p, max_new_tokens=20, temperature=0).continuation for p in PROMPTS}
-    sampled = {
-        p: gpt.generate(p, max_new_tokens=20, temperature=0.8, top_k=40, seed=1).continuation for p in PROMPTS
+    cfg, vocab = config["train"], bert.config.vocab_size
+    batches = {
+        "bert": prepare_eval_batches(tokenized, cfg["max_seq_len"], 64, vocab, cfg["eval_seed"]),
+        "gpt": prepare_causal_eval_batches(tokenized, cfg["max_seq_len"], 64),
+        "hybrid": hybrid_held_out(tokenized, cfg["max_seq_len"], 64, vocab, cfg["eval_seed"]),
     }
-    return {"fill_mask": fills, "generate_greedy": generations, "generate_sampled": sampled}
+    return {key: evaluate_model(load_language_model(dirs[key])[0], batches[key], "cpu") for key in MODELS}
 
 
-def blimp(bert_dir: Path, gpt_dir: Path, data: str, limit: int | None) -> dict:
-    """Both models' BLiMP accuracies (`nanobert blimp`), in the precision `auto` picks for each, timed."""
+def examples(dirs: dict[str, Path]) -> dict:
+    bert, gpt, hybrid = (load(dirs[key]) for key in MODELS)
+
+    def fills(model) -> dict:
+        return {text: [c.token for c in model.fill_mask(text, top_k=5).masks[0].candidates] for text in FILL}
+
+    def generations(model, **sampling) -> dict:
+        return {p: model.generate(p, max_new_tokens=20, **sampling).continuation for p in PROMPTS}
+
+    sampling = {"temperature": 0.8, "top_k": 40, "seed": 1}
+    return {
+        "fill_mask": fills(bert),
+        "generate_greedy": generations(gpt, temperature=0),
+        "generate_sampled": generations(gpt, **sampling),
+        "hybrid": {
+            "fill_mask": fills(hybrid),
+            "generate_greedy": generations(hybrid, temperature=0),
+            "generate_sampled": generations(hybrid, **sampling),
+        },
+    }
+
+
+def blimp(dirs: dict[str, Path], data: str, limit: int | None) -> dict:
+    """The models' BLiMP accuracies (`nanobert blimp`), in the precision `auto` picks for each, timed."""
     pairs = load_blimp(data, limit)
     out = {}
-    for key, directory in (("bert", bert_dir), ("gpt", gpt_dir)):
+    for key, directory in dirs.items():
         model = load(directory)
         dtype, why = scoring_precision(model.model)
         report = evaluate_blimp(model.model, model.tokenizer, pairs, dtype=dtype)
@@ -221,8 +286,11 @@ def blimp_markdown(scores: dict) -> str:
         f"| model | BLiMP, all {scores['bert']['pairs']:,} pairs | {' | '.join(fields)} | time to score |",
         "|---|---|" + "---|" * len(fields) + "---|",
     ]
-    for name, key in (("BERT (MLM + NSP), pseudo-log-likelihood", "bert"), ("GPT (causal)", "gpt")):
+    for key, (_, name, _) in MODELS.items():
+        if key not in scores:  # results from before the hybrid
+            continue
         s = scores[key]
+        name += ", pseudo-log-likelihood" if s["rule"] != "causal" else ", log-likelihood"
         by_field = " | ".join(f"{100 * s['fields'][f]:.1f}" for f in fields)
         lines.append(f"| {name} | **{100 * s['overall']:.1f}** | {by_field} | {s['seconds']:.0f} s |")
     for name, value in PUBLISHED.items():
@@ -232,27 +300,28 @@ def blimp_markdown(scores: dict) -> str:
 
 
 def markdown(result: dict) -> str:
-    """The table README.md shows ("BERT and GPT on the same stack"), same columns: accuracy at the same
-    positions, all and by place (the better model's in bold), then each model's own held-out loss (on its own
-    targets, so the two are not comparable) and perplexity."""
-    s, own = result["same_positions"], result["own"]
+    """The table README.md shows ("BERT and GPT on the same stack"): accuracy at the same positions, all and
+    by place (the best model's in bold), then each model's own held-out perplexities (masked tokens on its
+    own inputs; next words on the same windows for GPT and the hybrid) and, where run, SST-2 dev accuracy."""
+    s, own, sst2 = result["same_positions"], result["own"], result.get("sst2", {})
+    keys = [key for key in MODELS if key in s]  # results from before the hybrid have two
     lines = [
         f"| model | sees | accuracy, all {s['bert']['positions']:,} positions | first word of a sentence "
-        "| middle | last word | own held-out loss | own perplexity |",
-        "|---|---|---|---|---|---|---|---|",
+        "| middle | last word | masked-token perplexity (own) | next-word perplexity | SST-2 dev |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    rows = (
-        ("BERT (MLM + NSP)", "both sides", "bert", "mlm", "masked tokens"),
-        ("GPT (causal)", "left only", "gpt", "lm", "next word"),
-    )
-    for name, sees, key, prefix, targets in rows:
+    for key in keys:
+        _, name, sees = MODELS[key]
         accuracy = []
         for column in ("all", *PLACES):
-            value, best = s[key][column], max(s[m][column] for m in ("bert", "gpt"))
+            value, best = s[key][column], max(s[m][column] for m in keys)
             accuracy.append(f"**{value:.3f}**" if value == best else f"{value:.3f}")
+        perplexities = [
+            f"{own[key][p]:.0f}" if p in own[key] else "-" for p in ("mlm_perplexity", "lm_perplexity")
+        ]
+        downstream = f"{sst2[key]:.3f}" if key in sst2 else "-"
         lines.append(
-            f"| {name} | {sees} | {' | '.join(accuracy)} | {own[key][prefix + '_loss']:.2f} ({targets}) | "
-            f"{own[key][prefix + '_perplexity']:.0f} |"
+            f"| {name} | {sees} | {' | '.join(accuracy)} | {' | '.join(perplexities)} | {downstream} |"
         )
     counts = s["bert"]["counts"]
     lines.append(
@@ -276,11 +345,14 @@ def main() -> None:
     p.add_argument("--time-budget", type=float, default=1800.0, help="seconds of training for each objective")
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides for both runs")
-    p.add_argument("--out", required=True, help="where the two runs and results.json go")
+    p.add_argument("--out", required=True, help="where the three runs and results.json go")
     p.add_argument("--skip-training", action="store_true", help="score the runs already in --out")
     p.add_argument("--report", action="store_true", help="print the table of --out/results.json and stop")
     p.add_argument(
-        "--blimp", metavar="DIR", help="also score both on BLiMP (its data/ folder of .jsonl files)"
+        "--blimp", metavar="DIR", help="also score all three on BLiMP (its data/ folder of .jsonl files)"
+    )
+    p.add_argument(
+        "--sst2", metavar="DIR", help="also fine-tune each on SST-2 (train.tsv, dev.tsv) and score dev"
     )
     p.add_argument(
         "--blimp-limit", type=positive_int, metavar="N", help="the first N pairs of each paradigm only"
@@ -304,15 +376,18 @@ def main() -> None:
         load_blimp(args.blimp, args.blimp_limit)  # every line read as BLiMP now, not after the training
     elif args.blimp_limit:
         raise NanobertError("--blimp-limit needs --blimp DIR")
+    if args.sst2:
+        for split in ("train", "dev"):
+            check_input_file(f"{args.sst2}/{split}.tsv", "--sst2")
     if args.skip_training:
-        for objective in ("mlm_nsp", "causal"):
+        for objective in OBJECTIVES:
             check_input_file(out / objective / "summary.json", "--skip-training needs a finished run:")
     else:
         check_input_file(args.train, "--train")
         check_documents(args.train, "--train")  # the tokenizer and both runs train on it
         model_over, train_over = parse_overrides(args.set)
         # An unknown preset or --set key, a bad --seed; no file where a run's directory goes.
-        for objective in ("mlm_nsp", "causal"):
+        for objective in OBJECTIVES:
             check_output_file(out / objective / "summary.json")
             build_configs(
                 args.preset,
@@ -322,14 +397,15 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     if not args.skip_training:
-        train_both(args, out)
-    bert_dir, gpt_dir = out / "mlm_nsp" / "best", out / "causal" / "best"
-    summaries = {k: json.loads((out / k / "summary.json").read_text()) for k in ("mlm_nsp", "causal")}
+        train_all(args, out)
+    dirs = {key: out / objective / "best" for key, (objective, _, _) in MODELS.items()}
+    summaries = {k: json.loads((out / k / "summary.json").read_text()) for k in OBJECTIVES}
     result = {
-        "same_positions": same_positions(bert_dir, gpt_dir, args.test),
-        "own": own_metrics(bert_dir, gpt_dir, args.test),
-        "examples": examples(bert_dir, gpt_dir),
-        **({"blimp": blimp(bert_dir, gpt_dir, args.blimp, args.blimp_limit)} if args.blimp else {}),
+        "same_positions": same_positions(dirs, args.test),
+        "own": own_metrics(dirs, args.test),
+        "examples": examples(dirs),
+        **({"blimp": blimp(dirs, args.blimp, args.blimp_limit)} if args.blimp else {}),
+        **({"sst2": finetune_all(out, args.sst2, args.seed)} if args.sst2 else {}),
         "training": {
             k: {f: s[f] for f in ("steps", "train_time_s", "tokens_per_s", "hardware")}
             | {"best_step": read_config(out / k / "best")["step"]}

@@ -226,7 +226,7 @@ def test_quality_reads_valid_blimp_and_results_before_training(
 @pytest.fixture
 def bert_vs_gpt(monkeypatch):
     module = load("bert_vs_gpt.py")
-    monkeypatch.setattr(module, "train_both", tripwire)
+    monkeypatch.setattr(module, "train_all", tripwire)
     return module
 
 
