@@ -21,13 +21,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from nanobert.config import TrainConfig
-from nanobert.held_out import EVAL_MASK_PROB, Scored, perplexity, prepare_causal_eval_batches, tallied
+from nanobert.errors import NanobertError
+from nanobert.held_out import EVAL_MASK_PROB, Scored, perplexity, tallied
 from nanobert.model import IGNORE_INDEX, BertForHybridLM
 from nanobert.pretraining_data import CausalCollator, Instance, MaskingCollator, causal_windows
-from nanobert.tokenizer import CLS_ID, MASK_ID, NUM_SPECIAL_TOKENS
 
-METRIC_KEYS = (
+HYBRID_METRIC_KEYS = (
     "loss",  # mlm_loss + lm_loss: what picks best/
     "mlm_loss",
     "mlm_accuracy",
@@ -102,14 +101,12 @@ def hybrid_held_out(
 ) -> list[dict[str, torch.Tensor]]:
     """The held-out documents as windows from their start, each batch twice: masked at the standard 15% with
     `eval_seed` (the same masks at every evaluation), and as next-word windows."""
-    next_words = prepare_causal_eval_batches(held_out, seq_len, batch_size)
-    for batch in next_words:
-        batch["labels"] = shift_labels(batch["labels"])
-        batch["causal"] = torch.ones(batch["input_ids"].size(0), dtype=torch.bool)
     windows = causal_windows(held_out, seq_len, seed=0, shuffle=False, keep_last=True)
+    if not windows:
+        raise NanobertError("the held-out split has no tokens; give it more text")
+    chunks = [windows[i : i + batch_size] for i in range(0, len(windows), batch_size)]
     masking = MaskingCollator(vocab_size, mask_prob=EVAL_MASK_PROB, seed=eval_seed)
-    masked = [masked_batch(masking, windows[i : i + batch_size]) for i in range(0, len(windows), batch_size)]
-    return masked + next_words
+    return [masked_batch(masking, c) for c in chunks] + [next_word_batch(CausalCollator(), c) for c in chunks]
 
 
 def _labelled_outputs(model: BertForHybridLM, batch: dict[str, torch.Tensor]) -> Scored:
@@ -129,8 +126,8 @@ def hybrid_metrics(
     device: torch.device | str,
     autocast_dtype: torch.dtype | None = None,
 ) -> dict[str, float]:
-    """METRIC_KEYS over the held-out batches: the masked figures as BERT's (per masked token), the next-word
-    ones as GPT's (per predicted token)."""
+    """HYBRID_METRIC_KEYS over the held-out batches: the masked figures as BERT's (per masked token), the
+    next-word ones as GPT's (per predicted token)."""
     mlm, lm = tallied(model, batches, device, autocast_dtype, _labelled_outputs, 2)
     mlm_loss, lm_loss = mlm.mean_loss(), lm.mean_loss()
     return {
@@ -144,30 +141,12 @@ def hybrid_metrics(
     }
 
 
-def hybrid_sample(cfg: TrainConfig, vocab_size: int) -> dict[str, torch.Tensor]:
-    """Random windows masked at the run's rate (most batches are masked), as the stream hands one to the
-    loss: what the precision choice times."""
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(NUM_SPECIAL_TOKENS, vocab_size, (cfg.batch_size, cfg.max_seq_len), generator=g)
-    ids[:, 0] = CLS_ID
-    chosen = torch.rand(ids.shape, generator=g) < cfg.mask_prob
-    chosen[:, 0] = False
-    return {
-        "input_ids": torch.where(chosen, MASK_ID, ids),
-        "token_type_ids": torch.zeros_like(ids),
-        "labels": shift_labels(torch.where(chosen, ids, IGNORE_INDEX)),
-        "causal": torch.zeros(cfg.batch_size, dtype=torch.bool),
-        "loss_share": torch.ones(2),
-    }
-
-
 __all__ = [
-    "METRIC_KEYS",
+    "HYBRID_METRIC_KEYS",
     "HybridCollator",
     "hybrid_held_out",
     "hybrid_loss",
     "hybrid_metrics",
-    "hybrid_sample",
     "masked_batch",
     "next_word_batch",
     "shift_labels",

@@ -34,14 +34,12 @@ from nanobert.held_out import (
     prepare_eval_batches,
 )
 from nanobert.hybrid import (
-    METRIC_KEYS as HYBRID_METRIC_KEYS,
-)
-from nanobert.hybrid import (
+    HYBRID_METRIC_KEYS,
     HybridCollator,
     hybrid_held_out,
     hybrid_loss,
     hybrid_metrics,
-    hybrid_sample,
+    masked_batch,
 )
 from nanobert.model import IGNORE_INDEX
 from nanobert.prepare import (
@@ -262,6 +260,15 @@ def hybrid_collator(cfg: TrainConfig, tokenizer: Tokenizer, vocab_size: int) -> 
     return HybridCollator(
         masking_collator(cfg, tokenizer, vocab_size), cfg.causal_fraction, cfg.seed, cfg.pad_to_multiple_of
     )
+
+
+def hybrid_sample(cfg: TrainConfig, vocab_size: int) -> dict[str, torch.Tensor]:
+    """Random windows masked at the run's rate (most batches are masked), as the stream hands one to the
+    loss: what the precision choice times."""
+    ids, _ = _random_ids(cfg, vocab_size)
+    batch = masked_batch(MaskingCollator(vocab_size, mask_prob=cfg.mask_prob, seed=0), ids.tolist())
+    del batch["attention_mask"]  # no padding: the stream passes no mask either (SDPA's fastest kernel)
+    return {**batch, "loss_share": torch.ones(2)}
 
 
 HYBRID = Objective(

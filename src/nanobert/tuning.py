@@ -289,8 +289,9 @@ def run_task(
     task.check(cfg, from_scratch)
     # setup: checkpoint and data first (every error before the output directory is touched), then the model
     pretrained, saved = load_language_model(checkpoint)
-    if "finetune" not in kind_of_model(pretrained).commands:
-        raise wrong_kind(checkpoint, kind_of_model(pretrained).name, "a pretraining checkpoint")
+    kind = kind_of_model(pretrained)
+    if "finetune" not in kind.commands:
+        raise wrong_kind(checkpoint, kind.name, "a pretraining checkpoint")
     if cfg.adapt_epochs and not isinstance(pretrained, BertForPreTraining):
         raise NanobertError("--adapt-epochs re-runs BERT's masked-LM and NSP heads; this checkpoint has none")
     tokenizer = checkpoint_tokenizer(checkpoint, pretrained, saved)
