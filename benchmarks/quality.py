@@ -100,6 +100,12 @@ def main() -> None:
     p.add_argument(
         "--blimp", metavar="DIR", help="also score best/ on BLiMP (its data/ folder of .jsonl files)"
     )
+    p.add_argument(
+        "--blimp-limit",
+        type=int,
+        metavar="N",
+        help="only the first N pairs of each paradigm (ablations; the full suite is the reported figure)",
+    )
     args = p.parse_args()
 
     model_over, train_over = parse_overrides(args.set)
@@ -119,7 +125,7 @@ def main() -> None:
         )
     if args.valid:
         load_documents(check_input_file(args.valid, "--valid"))
-    pairs = load_blimp(args.blimp) if args.blimp else None  # BLiMP JSONL, before the training
+    pairs = load_blimp(args.blimp, args.blimp_limit) if args.blimp else None  # BLiMP JSONL, before the training
     check_output_file(args.results)
     check_results_columns(Path(args.results))
     for seed in args.seeds if args.keep else ():  # no file where a seed's run directory goes
