@@ -104,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         help="learning-rate factor per encoder layer going down (1 = one learning rate)",
     )
     p.add_argument("--max-seq-len", type=int, default=128)
-    p.add_argument("--dropout", type=float, default=FinetuneConfig.dropout, help="hidden and attention")
+    p.add_argument(
+        "--dropout", type=float, help="hidden and attention; default: the task's (FinetuneConfig.dropout)"
+    )
     p.add_argument(
         "--adapt-epochs",
         type=int,

@@ -125,7 +125,8 @@ def main() -> None:
         )
     if args.valid:
         load_documents(check_input_file(args.valid, "--valid"))
-    pairs = load_blimp(args.blimp, args.blimp_limit) if args.blimp else None  # BLiMP JSONL, before the training
+    # BLiMP's JSONL before the training
+    pairs = load_blimp(args.blimp, args.blimp_limit) if args.blimp else None
     check_output_file(args.results)
     check_results_columns(Path(args.results))
     for seed in args.seeds if args.keep else ():  # no file where a seed's run directory goes

@@ -81,7 +81,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=QAConfig.layer_lr_decay,
         help="each encoder layer trains at this times the rate of the one above (1 = one rate)",
     )
-    p.add_argument("--dropout", type=float, default=QAConfig.dropout, help="hidden and attention")
+    p.add_argument(
+        "--dropout", type=float, help="hidden and attention; default: the pretraining checkpoint's"
+    )
     p.add_argument("--seed", type=int, default=QAConfig.seed)
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument(

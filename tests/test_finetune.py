@@ -98,6 +98,8 @@ def test_separable_task_is_learned(tuned):
     assert summary["test"]["accuracy"] == pytest.approx(summary["dev"]["accuracy"])  # test = dev here
     records = [json.loads(line) for line in (tuned / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in records if r["split"] == "dev"] == [1, 2, 3, 4]
+    # no --dropout: classification puts BERT's 0.1 back on a checkpoint pretrained without it
+    assert summary["finetune"]["dropout"] == 0.1
     assert any(r["split"] == "train" and "loss" in r for r in records)
     best = json.loads((tuned / "best" / "config.json").read_text())
     assert best["kind"] == "sequence_classification" and best["epoch"] == summary["best_epoch"]
@@ -242,6 +244,22 @@ def test_fine_tuning_uses_its_own_dropout(pretrained):
     assert pre.config.hidden_dropout_prob == 0.0  # the pretrained model is left as it was
 
 
+def test_default_dropout_follows_the_task_and_the_checkpoint(pretrained):
+    """Without --dropout, regression and QA fine-tune with the checkpoint's own pretraining dropout and
+    classification with BERT's 0.1 (measured: FinetuneConfig.dropout); the end-to-end runs above check
+    that run_task uses it and that an explicit value wins."""
+    import dataclasses
+
+    from nanobert.finetune import ClassifierTask
+    from nanobert.qa import QATask
+
+    pre, _ = load_pretraining_checkpoint(pretrained)
+    config = dataclasses.replace(pre.config, hidden_dropout_prob=0.2, attention_probs_dropout_prob=0.2)
+    assert ClassifierTask(TaskSpec("s", "l", task="regression")).dropout(config)[0] == 0.2
+    assert QATask().dropout(config)[0] == 0.2
+    assert ClassifierTask(TaskSpec("s", "l")).dropout(config)[0] == 0.1
+
+
 def test_layer_lr_decay_reaches_the_optimizer(pretrained, task, tmp_path):
     """`--layer-lr-decay 0.1`: the pooler still trains at the full rate, the embeddings at 0.1**3 of it."""
     pre, _ = load_pretraining_checkpoint(pretrained)
@@ -276,9 +294,19 @@ def test_regression_and_headerless_files(pretrained, tmp_path, capsys):
     argv += ["--task", "regression", "--epochs", "1", "--out", out, "--quiet"]
     code, stdout, err = run_cli(capsys, *argv)
     assert code == 0, err
-    assert set(json.loads(stdout)["dev"]) == {"pearson", "spearman", "mse"}
+    summary = json.loads(stdout)
+    assert set(summary["dev"]) == {"pearson", "spearman", "mse"}
     model, _, config = load_finetuned(out)
     assert config["labels"] is None and model.num_labels == 1 and config["columns"]["text"] == 1
+    # no --dropout: regression keeps the pretraining's (none, as the CPU recipe pretrains), and says so
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["finetune"]["dropout"] == 0.0 and config["finetune"]["dropout"] == 0.0
+    assert model.dropout.p == 0.0 and model.bert.layers[0].attention.attn_dropout == 0.0
+    argv = [*argv[:-3], "--dropout", "0.25", "--out", tmp_path / "run2", "--quiet"]
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 0, err
+    summary = json.loads((tmp_path / "run2" / "summary.json").read_text())
+    assert summary["finetune"]["dropout"] == 0.25  # an explicit value wins
     code, stdout, err = run_cli(capsys, "predict", out, "--input", path)
     assert code == 0, err
     first = stdout.splitlines()[0].split("\t")

@@ -283,7 +283,10 @@ def _add_finetune(sub) -> None:
     p.add_argument("--warmup-ratio", type=float, help="share of steps warming up linearly, default 0.1")
     p.add_argument("--weight-decay", type=float, help="default 0.01")
     p.add_argument(
-        "--dropout", type=float, help="hidden and attention dropout while fine-tuning, default 0.1"
+        "--dropout",
+        type=float,
+        help="hidden and attention dropout while fine-tuning; default: the checkpoint's pretraining dropout "
+        "(0 for the CPU recipe), 0.1 for classification",
     )
     p.add_argument(
         "--layer-lr-decay",

@@ -38,6 +38,7 @@ from nanobert.run_log import RunLog
 from nanobert.task_inference import Prediction, classify, model_outputs, predict, predict_texts
 from nanobert.tuning import Task, epoch_job, run_task, with_encoder
 
+CLASSIFICATION_DROPOUT = 0.1
 METRICS = {"classification": ("accuracy", "macro_f1", "mcc"), "regression": ("pearson", "spearman")}
 
 
@@ -51,7 +52,7 @@ def build_classifier(
     task: str,
     from_scratch: bool,
     seed: int,
-    dropout: float = FinetuneConfig.dropout,
+    dropout: float | None = None,
 ) -> BertForSequenceClassification:
     """A BertForSequenceClassification shaped like `pretrained`, holding its encoder unless `from_scratch`
     (the pooler too; the head is seeded the same way either way, and dropout is the fine-tuning run's:
@@ -108,6 +109,13 @@ class ClassifierTask(Task):
 
     def load(self, files: dict[str, Any], tokenizer: Any, cfg: FinetuneConfig, pretrained: Any) -> None:
         self.splits, self.labels = _load_splits(files, self.spec, tokenizer, cfg.max_seq_len)
+
+    def dropout(self, pretrained_config) -> tuple[float, str]:
+        """Sentence classification keeps BERT's 0.1 whatever pretraining used: from the no-dropout CPU
+        checkpoints SST-2 lost without it (FinetuneConfig.dropout); regression follows pretraining."""
+        if self.spec.task == "classification":
+            return CLASSIFICATION_DROPOUT, "BERT's, for classification"
+        return super().dropout(pretrained_config)
 
     def build(self, pretrained, from_scratch: bool, cfg: FinetuneConfig) -> BertForSequenceClassification:
         num_labels = len(self.labels) if self.labels is not None else 1

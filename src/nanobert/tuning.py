@@ -42,20 +42,21 @@ def with_encoder(
     head_model: Callable[[ModelConfig], torch.nn.Module],
     from_scratch: bool,
     seed: int,
-    dropout: float,
+    dropout: float | None,
 ) -> torch.nn.Module:
     """A task model built by `head_model(config)` under `seed`, with the pretrained encoder unless
-    `from_scratch`; `config` is the pretrained one with `dropout` for the hidden states and attention.
+    `from_scratch`; `config` is the pretrained one with `dropout` for the hidden states and attention
+    (None: the pretrained config's).
 
     The head (and, from scratch, the encoder) is initialised from `seed`, so a pretrained run and its
     from-scratch control start from the same head. A head model without a pooler takes the encoder only.
-    The from-scratch control uses BERT's default position-table spread whatever pretraining used. Dropout
-    is the fine-tuning run's own: the CPU pretraining recipe trains without it (it only slowed
-    learning there), while a few thousand labelled examples need it (Cramming, Geiping & Goldstein 2023,
-    pretrains without dropout and fine-tunes with 0.1).
+    The from-scratch control uses BERT's default position-table spread whatever pretraining used, and
+    the same dropout as the pretrained run, so the two differ only by the encoder's weights.
     """
     torch.manual_seed(seed)
-    overrides: dict[str, float] = dict(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    overrides: dict[str, float] = {}
+    if dropout is not None:  # None: the pretrained config's own
+        overrides.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
     if from_scratch:
         # The control starts from BERT's own init: a position table scaled up for fast pretraining (the CPU
         # preset's 3x) left small from-scratch fine-tuning runs at chance, which would flatter pretraining.
@@ -236,6 +237,11 @@ class Task:
         """Masked-LM on the task's own text first (adapt.py), with `cfg.adapt_epochs`; its summary."""
         raise NotImplementedError
 
+    def dropout(self, pretrained_config: ModelConfig) -> tuple[float, str]:
+        """The fine-tuning dropout when none is asked for, and why: by default what the encoder was pretrained
+        with, so fine-tuning starts from the statistics pretraining shaped (see `FinetuneConfig.dropout`)."""
+        return pretrained_config.hidden_dropout_prob, "as the checkpoint was pretrained"
+
     def extra(self, checkpoint: str | Path, cfg: FinetuneConfig, from_scratch: bool) -> dict[str, Any]:
         """What best/config.json records besides the model."""
         raise NotImplementedError
@@ -296,12 +302,17 @@ def run_task(
         raise NanobertError("--adapt-epochs re-runs BERT's masked-LM and NSP heads; this checkpoint has none")
     tokenizer = checkpoint_tokenizer(checkpoint, pretrained, saved)
     task.load(files, tokenizer, cfg, pretrained)
+    dropout_why = "--dropout"
+    if cfg.dropout is None:  # the task's measured default, recorded in summary.json as the value used
+        value, dropout_why = task.dropout(pretrained.config)
+        cfg = dataclasses.replace(cfg, dropout=value)
     model = task.build(pretrained, from_scratch, cfg)
     device = start_run(model, cfg, out_dir, overwrite, checkpoint, files)
     adaptation = task.adapt(pretrained, model, tokenizer, cfg, out_dir, quiet) if cfg.adapt_epochs else None
     extra = task.extra(checkpoint, cfg, from_scratch)
     # the loop: epochs of shuffled batches, a dev evaluation after each, the best one saved
     job, plan, run, log = task.job(model, tokenizer, cfg, out_dir, extra, saved, device, quiet)
+    log.say(f"nanobert: dropout {cfg.dropout:g} ({dropout_why})")
     outcome = fit(job, plan, run, log)
     task.after_fit(model, out_dir)
     # the best epoch on the test file, if one was given
