@@ -432,3 +432,29 @@ def test_predict_says_why_labelled_input_was_not_scored(tuned, tmp_path, capsys)
     assert code == 0 and stdout.splitlines()[1].startswith("alpha red bravo\tmaybe\t")
     assert err.startswith("nanobert: not scored: line 2 of ") and len(err.splitlines()) == 1
     assert "label 'maybe' never occurs in the training file (its labels: 'neg', 'pos')" in err
+
+
+def test_default_epochs_give_a_small_training_set_enough_steps():
+    """No --epochs: 3 for a large set (SST-2), more for a small one (STS-B: 1,500 / 180 steps an epoch), at
+    most max_default_epochs; an explicit value is kept (run_task only fills in None)."""
+    from nanobert.config import FinetuneConfig
+    from nanobert.tuning import default_epochs
+
+    cfg = FinetuneConfig()
+    assert cfg.epochs is None
+    assert default_epochs(2105, cfg) == 3  # SST-2: 67,349 sentences / 32
+    assert default_epochs(180, cfg) == 9  # STS-B: 5,749 pairs / 32
+    assert default_epochs(12, cfg) == 10  # a tiny set stops at the cap
+    assert default_epochs(1, FinetuneConfig(min_steps=0)) == 3
+    with pytest.raises(NanobertError, match="epochs"):
+        FinetuneConfig(epochs=0)
+
+
+def test_a_run_without_epochs_records_the_ones_it_used(pretrained, task, tmp_path, capsys):
+    train, dev = task  # 192 examples: 12 batches of 16, so the cap of 10 epochs applies
+    argv = ["finetune", pretrained, "--train", train, "--dev", dev, "--out", tmp_path / "run"]
+    argv += ["--text-col", "sentence", "--label-col", "label", "--batch-size", "16", "--quiet"]
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 0, err
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["finetune"]["epochs"] == 10 and len(summary["dev_history"]) == 10

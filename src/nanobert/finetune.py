@@ -110,6 +110,9 @@ class ClassifierTask(Task):
     def load(self, files: dict[str, Any], tokenizer: Any, cfg: FinetuneConfig, pretrained: Any) -> None:
         self.splits, self.labels = _load_splits(files, self.spec, tokenizer, cfg.max_seq_len)
 
+    def train_rows(self) -> int:
+        return len(self.splits["train"].data)
+
     def dropout(self, pretrained_config) -> tuple[float, str]:
         """Sentence classification keeps BERT's 0.1 whatever pretraining used: from the no-dropout CPU
         checkpoints SST-2 lost without it (FinetuneConfig.dropout); regression follows pretraining."""

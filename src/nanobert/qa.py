@@ -85,6 +85,9 @@ class QATask(Task):
         positions = pretrained.config.max_position_embeddings
         self.splits, self.features = _qa_data(files, tokenizer, cfg, positions)
 
+    def train_rows(self) -> int:
+        return len(self.features)
+
     def build(self, pretrained, from_scratch: bool, cfg: QAConfig) -> BertForQuestionAnswering:
         self.from_scratch = from_scratch  # the window note leaves the control alone
         return with_encoder(pretrained, BertForQuestionAnswering, from_scratch, cfg.seed, cfg.dropout)

@@ -11,6 +11,7 @@ the one job that runs either, in one order of steps around the loop every job ru
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import time
 from collections.abc import Callable
@@ -67,6 +68,13 @@ def with_encoder(
     if not from_scratch:
         copy_encoder(pretrained, model)
     return model
+
+
+def default_epochs(steps_per_epoch: int, cfg: FinetuneConfig) -> int:
+    """Epochs when none are asked for: 3, or enough for `cfg.min_steps` steps on a small training set, at
+    most `cfg.max_default_epochs` (FinetuneConfig.epochs says why)."""
+    wanted = math.ceil(cfg.min_steps / max(1, steps_per_epoch))
+    return max(3, min(cfg.max_default_epochs, wanted))
 
 
 def copy_encoder(pretrained: BertForPreTraining, model: torch.nn.Module) -> None:
@@ -237,6 +245,10 @@ class Task:
         """Masked-LM on the task's own text first (adapt.py), with `cfg.adapt_epochs`; its summary."""
         raise NotImplementedError
 
+    def train_rows(self) -> int:
+        """Rows (examples, or QA windows) in the loaded training split: what an epoch steps through."""
+        raise NotImplementedError
+
     def dropout(self, pretrained_config: ModelConfig) -> tuple[float, str]:
         """The fine-tuning dropout when none is asked for, and why: by default what the encoder was pretrained
         with, so fine-tuning starts from the statistics pretraining shaped (see `FinetuneConfig.dropout`)."""
@@ -306,6 +318,9 @@ def run_task(
     if cfg.dropout is None:  # the task's measured default, recorded in summary.json as the value used
         value, dropout_why = task.dropout(pretrained.config)
         cfg = dataclasses.replace(cfg, dropout=value)
+    if cfg.epochs is None:
+        steps_per_epoch = math.ceil(task.train_rows() / cfg.batch_size)
+        cfg = dataclasses.replace(cfg, epochs=default_epochs(steps_per_epoch, cfg))
     model = task.build(pretrained, from_scratch, cfg)
     device = start_run(model, cfg, out_dir, overwrite, checkpoint, files)
     adaptation = task.adapt(pretrained, model, tokenizer, cfg, out_dir, quiet) if cfg.adapt_epochs else None
