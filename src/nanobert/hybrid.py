@@ -105,8 +105,8 @@ def hybrid_held_out(
     if not windows:
         raise NanobertError("the held-out split has no tokens; give it more text")
     chunks = [windows[i : i + batch_size] for i in range(0, len(windows), batch_size)]
-    masking = MaskingCollator(vocab_size, mask_prob=EVAL_MASK_PROB, seed=eval_seed)
-    return [masked_batch(masking, c) for c in chunks] + [next_word_batch(CausalCollator(), c) for c in chunks]
+    masking, reading = MaskingCollator(vocab_size, mask_prob=EVAL_MASK_PROB, seed=eval_seed), CausalCollator()
+    return [masked_batch(masking, c) for c in chunks] + [next_word_batch(reading, c) for c in chunks]
 
 
 def _labelled_outputs(model: BertForHybridLM, batch: dict[str, torch.Tensor]) -> Scored:
