@@ -301,16 +301,62 @@ def test_regression_and_headerless_files(pretrained, tmp_path, capsys):
     # no --dropout: regression keeps the pretraining's (none, as the CPU recipe pretrains), and says so
     summary = json.loads((out / "summary.json").read_text())
     assert summary["finetune"]["dropout"] == 0.0 and config["finetune"]["dropout"] == 0.0
+    assert summary["finetune"]["fresh_pooler"] is True  # regression's default, recorded as used
     assert model.dropout.p == 0.0 and model.bert.layers[0].attention.attn_dropout == 0.0
-    argv = [*argv[:-3], "--dropout", "0.25", "--out", tmp_path / "run2", "--quiet"]
+    argv = [*argv[:-3], "--dropout", "0.25", "--no-fresh-pooler", "--out", tmp_path / "run2", "--quiet"]
     code, _, err = run_cli(capsys, *argv)
     assert code == 0, err
     summary = json.loads((tmp_path / "run2" / "summary.json").read_text())
     assert summary["finetune"]["dropout"] == 0.25  # an explicit value wins
+    assert summary["finetune"]["fresh_pooler"] is False
     code, stdout, err = run_cli(capsys, "predict", out, "--input", path)
     assert code == 0, err
     first = stdout.splitlines()[0].split("\t")
     assert first[:2] == lines[0].split("\t") and float(first[2]) == pytest.approx(float(first[2]))
+
+
+def test_regression_reads_a_fresh_pooler_unless_told(pretrained):
+    """By default a regression head reads a pooler started afresh (one STS-B seed in four stalled on the
+    NSP-trained one: FinetuneConfig.fresh_pooler), classification the checkpoint's; the encoder below is
+    the checkpoint's either way."""
+    from nanobert.finetune import ClassifierTask
+
+    assert ClassifierTask(TaskSpec("s", "l", task="regression")).fresh_pooler()[0] is True
+    assert ClassifierTask(TaskSpec("s", "l")).fresh_pooler()[0] is False
+    pre, _ = load_pretraining_checkpoint(pretrained)
+    encoder = {k: v for k, v in pre.bert.state_dict().items() if not k.startswith("pooler.")}
+    for fresh in (False, True):
+        model = build_classifier(pre, 1, "regression", False, seed=0, fresh_pooler=fresh)
+        assert torch.equal(model.bert.pooler.weight, pre.bert.pooler.weight) is not fresh
+        state = model.bert.state_dict()
+        assert all(torch.equal(state[k], v) for k, v in encoder.items())
+
+
+@pytest.mark.parametrize("from_scratch", [False, True])
+def test_a_regression_head_starts_at_the_mean_score(pretrained, tmp_path, from_scratch):
+    """Before any step the regression head predicts about the mean training score (its bias), not 0; the
+    random-weights control starts the same way, so the comparison stays fair."""
+    from nanobert.config import FinetuneConfig
+    from nanobert.finetune import ClassifierTask
+
+    rng = random.Random(3)
+    scores = [rng.uniform(2, 5) for _ in range(17)]
+    path = tmp_path / "scores.tsv"
+    path.write_text("".join(f"{s:.3f}\t{' '.join(rng.sample(FILLER, 4))}\n" for s in scores))
+    pre, _ = load_pretraining_checkpoint(pretrained)
+    task = ClassifierTask(TaskSpec(1, 0, task="regression"))
+    cfg = FinetuneConfig(max_seq_len=32)
+    task.load({"train": path, "dev": path, "test": None}, load_tokenizer(pretrained), cfg, pre)
+    model = task.build(pre, from_scratch, cfg)
+    mean = float(np.mean([round(s, 3) for s in scores]))
+    assert model.classifier.bias.item() == pytest.approx(mean, abs=1e-5)
+    predictions = model_outputs(model.eval(), task.splits["train"].data, torch.device("cpu"), None, 8)
+    assert np.mean(predictions) == pytest.approx(mean, abs=0.3)
+    classifier = ClassifierTask(TaskSpec(1, 0))  # a classifier's biases stay at BERT's 0
+    labels = tmp_path / "labels.tsv"
+    labels.write_text("".join(f"{i % 2}\t{' '.join(rng.sample(FILLER, 4))}\n" for i in range(9)))
+    classifier.load({"train": labels, "dev": labels, "test": None}, load_tokenizer(pretrained), cfg, pre)
+    assert torch.all(classifier.build(pre, from_scratch, cfg).classifier.bias == 0)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -358,6 +404,7 @@ def test_bad_input(pretrained, tuned, task, tmp_path, capsys):
     check([*base, "--train", train, "--dev", dev, *cols, "--doc-stride", "5"], "--doc-stride: not for --task")
     qa = ["finetune", pretrained, "--task", "qa", "--train", train, "--dev", dev, "--out", tmp_path / "qa"]
     check([*qa, "--text-col", "sentence"], "--text-col: not for --task qa")
+    check([*qa, "--fresh-pooler"], "--fresh-pooler: not for --task qa")
     # a file with a header row, indexed as if it had none
     sst = tmp_path / "sst.tsv"
     sst.write_text("sentence\tlabel\nred alpha\t1\nblue bravo\t0\n")

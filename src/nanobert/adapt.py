@@ -132,7 +132,7 @@ def adapt_encoder(
             f"nanobert: adaptation stopped at step {run.step}; its model so far is in {adapt_dir / 'best'}"
         )
         raise KeyboardInterrupt
-    copy_encoder(pretrained, model)
+    copy_encoder(pretrained, model, pooler=not cfg.fresh_pooler)
     seed_run(cfg.seed)  # fine-tuning draws (dropout, shuffles) as they would be without adaptation
     return {
         "epochs": cfg.adapt_epochs,

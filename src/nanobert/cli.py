@@ -248,6 +248,21 @@ def _cmd_presets(args) -> int:
 _COLUMN_HELP = "a column name, or a 0-based index for a headerless file (every row is data)"
 
 
+def _add_qa_options(p) -> None:
+    """The options only `finetune --task qa` reads (SQuAD's windows and answers)."""
+    p.add_argument("--doc-stride", type=int, help="qa: word pieces between window starts (default 128)")
+    p.add_argument("--max-query-length", type=int, help="qa: question pieces kept at most (default 64)")
+    p.add_argument("--max-answer-length", type=int, help="qa: longest answer in word pieces (default 30)")
+    p.add_argument(
+        "--null-score-threshold",
+        type=float,
+        help='qa, SQuAD 2.0: answer "" when [CLS] beats the best span by more (default 0; predict uses it)',
+    )
+    p.add_argument(
+        "--max-train-examples", type=int, metavar="N", help="qa: train on a seeded random N of the questions"
+    )
+
+
 def _add_finetune(sub) -> None:
     help = "fine-tune a pretrained checkpoint on a labelled CSV/TSV/JSONL file, or on SQuAD (--task qa)"
     p = _command(sub, "finetune", _cmd_finetune, help)
@@ -266,17 +281,7 @@ def _add_finetune(sub) -> None:
         choices=["accuracy", "macro_f1", "mcc", "pearson", "spearman", "f1", "exact_match"],
         help="dev metric that picks the best epoch (default: accuracy; pearson for regression; f1 for qa)",
     )
-    p.add_argument("--doc-stride", type=int, help="qa: word pieces between window starts (default 128)")
-    p.add_argument("--max-query-length", type=int, help="qa: question pieces kept at most (default 64)")
-    p.add_argument("--max-answer-length", type=int, help="qa: longest answer in word pieces (default 30)")
-    p.add_argument(
-        "--null-score-threshold",
-        type=float,
-        help='qa, SQuAD 2.0: answer "" when [CLS] beats the best span by more (default 0; predict uses it)',
-    )
-    p.add_argument(
-        "--max-train-examples", type=int, metavar="N", help="qa: train on a seeded random N of the questions"
-    )
+    _add_qa_options(p)
     p.add_argument(
         "--epochs",
         type=int,
@@ -291,6 +296,12 @@ def _add_finetune(sub) -> None:
         type=float,
         help="hidden and attention dropout while fine-tuning; default: the checkpoint's pretraining dropout "
         "(0 for the CPU recipe), 0.1 for classification",
+    )
+    p.add_argument(
+        "--fresh-pooler",
+        action=argparse.BooleanOptionalAction,
+        help="start the pooler the head reads from fresh weights, not the checkpoint's NSP-trained ones; "
+        "default: fresh for regression, the checkpoint's for classification",
     )
     p.add_argument(
         "--layer-lr-decay",
@@ -390,6 +401,7 @@ def _cmd_finetune_qa(args) -> int:
     from nanobert.qa import finetune_qa
 
     _refuse_options(args, (*_TABLE_OPTIONS, "label_col"), "--task qa, which reads SQuAD JSON")
+    _refuse_options(args, ("fresh_pooler",), "--task qa, whose head reads every token, not the pooler")
     cfg, out = _finetune_config(QAConfig, args), _finetune_out(args)
     options = {k: getattr(args, k) for k in ("from_scratch", "overwrite", "quiet")}
     summary = finetune_qa(args.checkpoint, args.train, args.dev, out, cfg, test_file=args.test, **options)

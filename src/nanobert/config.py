@@ -287,6 +287,12 @@ class FinetuneConfig:
     # best run used `--dropout 0` (with layer-wise decay, +2.2 F1 together); SST-2 loses without dropout
     # (0.776 at 0 against 0.807 / 0.799 at 0.1 / 0.2).
     dropout: float | None = None
+    # Start the pooler (tanh(dense([CLS])), which the head reads) from fresh weights instead of the
+    # checkpoint's. None: the task's measured default (`Task.fresh_pooler`): fresh for regression, the
+    # checkpoint's for classification. Pretraining trains the pooler for NSP only; from the default-scale
+    # checkpoint one STS-B fine-tuning seed in four (seed 3) stayed near dev Pearson 0.23 with it, and took
+    # off with a fresh pooler, or with another seed's head (benchmarks/README.md, *STS-B*).
+    fresh_pooler: bool | None = None
     adam_eps: float = 1e-6  # BERT's value
     grad_clip: float = 1.0
     max_seq_len: int = 128  # tokens including [CLS]/[SEP]; longer inputs lose tokens from the longer side

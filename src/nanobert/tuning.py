@@ -44,6 +44,7 @@ def with_encoder(
     from_scratch: bool,
     seed: int,
     dropout: float | None,
+    fresh_pooler: bool = False,
 ) -> torch.nn.Module:
     """A task model built by `head_model(config)` under `seed`, with the pretrained encoder unless
     `from_scratch`; `config` is the pretrained one with `dropout` for the hidden states and attention
@@ -52,7 +53,8 @@ def with_encoder(
     The head (and, from scratch, the encoder) is initialised from `seed`, so a pretrained run and its
     from-scratch control start from the same head. A head model without a pooler takes the encoder only.
     The from-scratch control uses BERT's default position-table spread whatever pretraining used, and
-    the same dropout as the pretrained run, so the two differ only by the encoder's weights.
+    the same dropout as the pretrained run, so the two differ only by the encoder's weights. With
+    `fresh_pooler` the pooler keeps its own init from `seed` rather than the checkpoint's weights.
     """
     torch.manual_seed(seed)
     overrides: dict[str, float] = {}
@@ -66,7 +68,7 @@ def with_encoder(
     config = dataclasses.replace(pretrained.config, is_decoder=False, **overrides)
     model = head_model(config)
     if not from_scratch:
-        copy_encoder(pretrained, model)
+        copy_encoder(pretrained, model, pooler=not fresh_pooler)
     return model
 
 
@@ -77,11 +79,12 @@ def default_epochs(steps_per_epoch: int, cfg: FinetuneConfig) -> int:
     return max(3, min(cfg.max_default_epochs, wanted))
 
 
-def copy_encoder(pretrained: BertForPreTraining, model: torch.nn.Module) -> None:
-    """`pretrained`'s encoder (and pooler, where both have one) into `model.bert`; the MLM and NSP heads stay
-    behind. A language model without a pooler (causal, hybrid) leaves the task model's fresh one."""
+def copy_encoder(pretrained: BertForPreTraining, model: torch.nn.Module, pooler: bool = True) -> None:
+    """`pretrained`'s encoder (and pooler, where both have one, unless `pooler` is False) into `model.bert`;
+    the MLM and NSP heads stay behind. A language model without a pooler (causal, hybrid) leaves the task
+    model's fresh one."""
     state = pretrained.bert.state_dict()
-    if model.bert.pooler is None:
+    if model.bert.pooler is None or not pooler:
         state = {k: v for k, v in state.items() if not k.startswith("pooler.")}
     missing, unexpected = model.bert.load_state_dict(state, strict=False)
     if unexpected or any(not k.startswith("pooler.") for k in missing):
@@ -254,6 +257,11 @@ class Task:
         with, so fine-tuning starts from the statistics pretraining shaped (see `FinetuneConfig.dropout`)."""
         return pretrained_config.hidden_dropout_prob, "as the checkpoint was pretrained"
 
+    def fresh_pooler(self) -> tuple[bool, str]:
+        """Whether the head reads a fresh pooler when none is asked for, and why
+        (`FinetuneConfig.fresh_pooler`); by default the checkpoint's."""
+        return False, "the checkpoint's"
+
     def extra(self, checkpoint: str | Path, cfg: FinetuneConfig, from_scratch: bool) -> dict[str, Any]:
         """What best/config.json records besides the model."""
         raise NotImplementedError
@@ -318,6 +326,10 @@ def run_task(
     if cfg.dropout is None:  # the task's measured default, recorded in summary.json as the value used
         value, dropout_why = task.dropout(pretrained.config)
         cfg = dataclasses.replace(cfg, dropout=value)
+    pooler_why = "--fresh-pooler" if cfg.fresh_pooler else "--no-fresh-pooler"
+    if cfg.fresh_pooler is None:
+        value, pooler_why = task.fresh_pooler()
+        cfg = dataclasses.replace(cfg, fresh_pooler=value)
     if cfg.epochs is None:
         steps_per_epoch = math.ceil(task.train_rows() / cfg.batch_size)
         cfg = dataclasses.replace(cfg, epochs=default_epochs(steps_per_epoch, cfg))
@@ -328,6 +340,8 @@ def run_task(
     # the loop: epochs of shuffled batches, a dev evaluation after each, the best one saved
     job, plan, run, log = task.job(model, tokenizer, cfg, out_dir, extra, saved, device, quiet)
     log.say(f"nanobert: dropout {cfg.dropout:g} ({dropout_why})")
+    if getattr(model.bert, "pooler", None) is not None and not from_scratch:
+        log.say(f"nanobert: pooler {'fresh' if cfg.fresh_pooler else 'pretrained'} ({pooler_why})")
     outcome = fit(job, plan, run, log)
     task.after_fit(model, out_dir)
     # the best epoch on the test file, if one was given
