@@ -135,7 +135,7 @@ class ClassifierTask(Task):
 
     def fresh_pooler(self) -> tuple[bool, str]:
         """Regression starts from a fresh pooler (one STS-B seed in four stalled on the NSP-trained one:
-        FinetuneConfig.fresh_pooler); classification keeps the checkpoint's, its measured recipe."""
+        FinetuneConfig.fresh_pooler); classification keeps the checkpoint's (SST-2 lost with a fresh one)."""
         if self.spec.task == "regression":
             return True, "for regression"
         return super().fresh_pooler()
