@@ -291,9 +291,12 @@ def test_regression_and_headerless_files(pretrained, tmp_path, capsys):
     path.write_text("\n".join(lines) + "\n")
     out = tmp_path / "run"
     argv = ["finetune", pretrained, "--train", path, "--dev", path, "--text-col", "1", "--label-col", "0"]
-    argv += ["--task", "regression", "--epochs", "1", "--out", out, "--quiet"]
+    argv += ["--task", "regression", "--epochs", "1", "--out", out]
     code, stdout, err = run_cli(capsys, *argv)
     assert code == 0, err
+    # the log says which of the task's defaults it took, and why
+    assert "nanobert: dropout 0 (as the checkpoint was pretrained)" in err.splitlines()
+    assert "nanobert: pooler fresh (the default for regression)" in err.splitlines()
     summary = json.loads(stdout)
     assert set(summary["dev"]) == {"pearson", "spearman", "mse"}
     model, _, config = load_finetuned(out)
@@ -303,9 +306,10 @@ def test_regression_and_headerless_files(pretrained, tmp_path, capsys):
     assert summary["finetune"]["dropout"] == 0.0 and config["finetune"]["dropout"] == 0.0
     assert summary["finetune"]["fresh_pooler"] is True  # regression's default, recorded as used
     assert model.dropout.p == 0.0 and model.bert.layers[0].attention.attn_dropout == 0.0
-    argv = [*argv[:-3], "--dropout", "0.25", "--no-fresh-pooler", "--out", tmp_path / "run2", "--quiet"]
+    argv = [*argv[:-2], "--dropout", "0.25", "--no-fresh-pooler", "--out", tmp_path / "run2"]
     code, _, err = run_cli(capsys, *argv)
     assert code == 0, err
+    assert "nanobert: pooler from the checkpoint (--no-fresh-pooler)" in err.splitlines()
     summary = json.loads((tmp_path / "run2" / "summary.json").read_text())
     assert summary["finetune"]["dropout"] == 0.25  # an explicit value wins
     assert summary["finetune"]["fresh_pooler"] is False

@@ -56,8 +56,8 @@ def build_classifier(
     fresh_pooler: bool = False,
 ) -> BertForSequenceClassification:
     """A BertForSequenceClassification shaped like `pretrained`, holding its encoder unless `from_scratch`
-    (the pooler too; the head is seeded the same way either way, and dropout is the fine-tuning run's:
-    `tuning.with_encoder`)."""
+    (the pooler too, unless `fresh_pooler`; the head is seeded the same way either way, and dropout is the
+    fine-tuning run's: `tuning.with_encoder`)."""
     head = lambda config: BertForSequenceClassification(config, num_labels, task)  # noqa: E731
     return with_encoder(pretrained, head, from_scratch, seed, dropout, fresh_pooler)
 
@@ -137,14 +137,14 @@ class ClassifierTask(Task):
         """Regression starts from a fresh pooler (one STS-B seed in four stalled on the NSP-trained one:
         FinetuneConfig.fresh_pooler); classification keeps the checkpoint's (SST-2 lost with a fresh one)."""
         if self.spec.task == "regression":
-            return True, "for regression"
+            return True, "the default for regression"
         return super().fresh_pooler()
 
     def build(self, pretrained, from_scratch: bool, cfg: FinetuneConfig) -> BertForSequenceClassification:
         num_labels = len(self.labels) if self.labels is not None else 1
         task, fresh = self.spec.task, bool(cfg.fresh_pooler)
         model = build_classifier(pretrained, num_labels, task, from_scratch, cfg.seed, cfg.dropout, fresh)
-        if self.spec.task == "regression":
+        if task == "regression":
             start_at_mean_score(model, self.splits["train"].data.labels)
         if cfg.max_seq_len > model.config.max_position_embeddings:
             raise NanobertError(

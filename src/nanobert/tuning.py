@@ -260,7 +260,7 @@ class Task:
     def fresh_pooler(self) -> tuple[bool, str]:
         """Whether the head reads a fresh pooler when none is asked for, and why
         (`FinetuneConfig.fresh_pooler`); by default the checkpoint's."""
-        return False, "the checkpoint's"
+        return False, "the default"
 
     def extra(self, checkpoint: str | Path, cfg: FinetuneConfig, from_scratch: bool) -> dict[str, Any]:
         """What best/config.json records besides the model."""
@@ -341,7 +341,9 @@ def run_task(
     job, plan, run, log = task.job(model, tokenizer, cfg, out_dir, extra, saved, device, quiet)
     log.say(f"nanobert: dropout {cfg.dropout:g} ({dropout_why})")
     if getattr(model.bert, "pooler", None) is not None and not from_scratch:
-        log.say(f"nanobert: pooler {'fresh' if cfg.fresh_pooler else 'pretrained'} ({pooler_why})")
+        fresh = cfg.fresh_pooler or getattr(pretrained.bert, "pooler", None) is None
+        pooler_why = pooler_why if cfg.fresh_pooler or not fresh else "the checkpoint has none"
+        log.say(f"nanobert: pooler {'fresh' if fresh else 'from the checkpoint'} ({pooler_why})")
     outcome = fit(job, plan, run, log)
     task.after_fit(model, out_dir)
     # the best epoch on the test file, if one was given
