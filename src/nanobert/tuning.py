@@ -341,9 +341,9 @@ def run_task(
     job, plan, run, log = task.job(model, tokenizer, cfg, out_dir, extra, saved, device, quiet)
     log.say(f"nanobert: dropout {cfg.dropout:g} ({dropout_why})")
     if getattr(model.bert, "pooler", None) is not None and not from_scratch:
-        fresh = cfg.fresh_pooler or getattr(pretrained.bert, "pooler", None) is None
-        pooler_why = pooler_why if cfg.fresh_pooler or not fresh else "the checkpoint has none"
-        log.say(f"nanobert: pooler {'fresh' if fresh else 'from the checkpoint'} ({pooler_why})")
+        has_one = getattr(pretrained.bert, "pooler", None) is not None  # a causal checkpoint has none
+        source = "from the checkpoint" if has_one and not cfg.fresh_pooler else "fresh"
+        log.say(f"nanobert: pooler {source} ({pooler_why if has_one else 'the checkpoint has none'})")
     outcome = fit(job, plan, run, log)
     task.after_fit(model, out_dir)
     # the best epoch on the test file, if one was given
