@@ -29,14 +29,17 @@ import time
 from pathlib import Path
 
 from nanobert.blimp import evaluate_blimp, load_blimp
-from nanobert.config import build_configs, parse_overrides
+from nanobert.config import FinetuneConfig, build_configs, parse_overrides
 from nanobert.corpus import load_documents
 from nanobert.device import resolve_device
 from nanobert.errors import ArgumentParser, NanobertError, check_input_file, check_output_file, run_script
 from nanobert.evaluate import evaluate_checkpoint
+from nanobert.finetune import finetune
+from nanobert.finetune_data import TaskSpec
 from nanobert.inference import load
 from nanobert.scoring import scoring_precision
 from nanobert.sources import DataSources
+from nanobert.tabular import read_table
 from nanobert.train import pretrain
 
 FIELDS = (
@@ -50,6 +53,8 @@ FIELDS = (
     "mlm_loss",
     "nsp_loss",
     "blimp",
+    "sst2",
+    "stsb",
     "best_step",
     "last_mlm_accuracy",
     "last_mlm_perplexity",
@@ -81,6 +86,54 @@ def blimp_accuracy(checkpoint: Path, pairs: list) -> float:
     return evaluate_blimp(model.model, model.tokenizer, pairs, dtype=dtype).full.overall
 
 
+# The GLUE tasks `--glue` fine-tunes on: GLUE's folder and column names, and the dev figure reported.
+GLUE = {
+    "sst2": (TaskSpec(text_col="sentence", label_col="label"), "accuracy"),
+    "stsb": (
+        TaskSpec(text_col="sentence1", text_pair_col="sentence2", label_col="score", task="regression"),
+        "pearson",
+    ),
+}
+GLUE_FILES = ("train.tsv", "dev.tsv")
+
+
+def check_glue(glue: Path | None, tasks: list[str]) -> None:
+    """A one-line error now, not after the pretraining, when a task's GLUE file is missing, is no table or
+    lacks one of the task's columns."""
+    for name in tasks if glue else ():
+        spec = GLUE[name][0]
+        for file in GLUE_FILES:
+            table = read_table(check_input_file(glue / name / file, "--glue"), None, None, header=True)
+            for col in spec.columns().values():
+                if col is not None:
+                    table.column(col)
+
+
+def glue_scores(checkpoint: Path, glue: Path, tasks: list[str], seeds: list[int], device: str) -> dict:
+    """Each task's dev figure (SST-2 accuracy, STS-B Pearson) after the CLI's default fine-tuning of
+    `checkpoint` (no options but the seed), as the mean over `seeds`; the runs are kept beside it in
+    RUN/finetune/TASK-seedN."""
+    scores = {}
+    for name in tasks:
+        spec, metric = GLUE[name]
+        values = []
+        for seed in seeds:
+            out = checkpoint.parent / "finetune" / f"{name}-seed{seed}"
+            summary = finetune(
+                checkpoint,
+                spec,
+                *(glue / name / file for file in GLUE_FILES),
+                out,
+                FinetuneConfig(seed=seed, device=device),
+                overwrite=True,
+                quiet=True,
+            )
+            values.append(summary["dev"][metric])
+            print(f"quality.py: {name} fine-tuning seed {seed}: dev {metric} {values[-1]:.4f}", flush=True)
+        scores[name] = round(statistics.mean(values), 4)
+    return scores
+
+
 def main() -> None:
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", required=True)
@@ -106,6 +159,16 @@ def main() -> None:
         metavar="N",
         help="only the first N pairs of each paradigm (ablations; the full suite is the reported figure)",
     )
+    p.add_argument(
+        "--glue",
+        type=Path,
+        metavar="DIR",
+        help="also fine-tune best/ on GLUE (DIR/sst2, DIR/stsb: train.tsv, dev.tsv) with the CLI's defaults",
+    )
+    p.add_argument("--glue-tasks", nargs="+", choices=tuple(GLUE), default=list(GLUE))
+    p.add_argument(
+        "--finetune-seeds", type=int, nargs="+", default=[1, 2, 3], help="the GLUE figures are their mean"
+    )
     args = p.parse_args()
 
     model_over, train_over = parse_overrides(args.set)
@@ -127,6 +190,7 @@ def main() -> None:
         load_documents(check_input_file(args.valid, "--valid"))
     # BLiMP's JSONL before the training
     pairs = load_blimp(args.blimp, args.blimp_limit) if args.blimp else None
+    check_glue(args.glue, args.glue_tasks)
     check_output_file(args.results)
     check_results_columns(Path(args.results))
     for seed in args.seeds if args.keep else ():  # no file where a seed's run directory goes
@@ -164,6 +228,11 @@ def main() -> None:
                 if best_step == summary["steps"]
                 else evaluate_checkpoint(str(out / "last"), valid_file=args.test, device=str(device))
             )
+            glue = (
+                glue_scores(out / "best", args.glue, args.glue_tasks, args.finetune_seeds, str(device))
+                if args.glue
+                else {}
+            )
             rows.append(
                 {
                     "date": time.strftime("%Y-%m-%d"),
@@ -172,6 +241,7 @@ def main() -> None:
                     "seed": seed,
                     **{k: round(v, 4) for k, v in metrics.items()},
                     "blimp": round(blimp_accuracy(out / "best", pairs), 4) if pairs else None,
+                    **{name: glue.get(name) for name in GLUE},
                     "best_step": best_step,
                     **{
                         f"last_{k}": round(last[k], 4)
@@ -204,6 +274,7 @@ def main() -> None:
         "last_mlm_accuracy",
         "last_nsp_accuracy",
         "blimp",
+        *GLUE,
     ):
         values = [r[key] for r in rows if r[key] is not None]
         if not values:

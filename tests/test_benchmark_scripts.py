@@ -2,6 +2,7 @@
 replace or delete a user's files. Most tests run a script's `main` in this process (benchmarks/ is not a
 package, so each script is loaded from its file) with the long work replaced by a tripwire."""
 
+import csv
 import importlib.util
 import json
 import subprocess
@@ -221,6 +222,56 @@ def test_quality_reads_valid_blimp_and_results_before_training(
     ):
         code, line = run_main(quality, "quality.py", [*args, *extra], monkeypatch, capsys)
         assert code == 2 and needle in line
+
+
+def write_glue(root: Path) -> Path:
+    """A tiny GLUE folder: SST-2 (sentence, label) and STS-B (sentence1, sentence2, score), GLUE's columns."""
+    words = ["the cat sat", "a dog ran", "it was warm", "the mat", "in the park", "one two", "sat on it"]
+    for name, header, row in (
+        ("sst2", "sentence\tlabel", lambda i: f"{words[i % 7]}\t{i % 2}"),
+        ("stsb", "sentence1\tsentence2\tscore", lambda i: f"{words[i % 7]}\t{words[(i * 3) % 7]}\t{i % 5}.0"),
+    ):
+        (root / name).mkdir(parents=True)
+        for file, n in (("train.tsv", 11), ("dev.tsv", 7)):
+            (root / name / file).write_text("\n".join([header, *(row(i) for i in range(n))]) + "\n")
+    return root
+
+
+def test_quality_checks_the_glue_files_before_training(corpus, tmp_path, monkeypatch, capsys):
+    quality = load("quality.py")
+    monkeypatch.setattr(quality, "pretrain", tripwire)
+    glue = write_glue(tmp_path / "glue")
+    (glue / "stsb" / "dev.tsv").write_text("sentence1\tscore\na b\t1.0\n")  # no sentence2
+    args = ["--preset", "toy", "--train", corpus, "--test", corpus, "--max-steps", "2"]
+    for extra, needle in (
+        (["--glue", tmp_path / "missing"], "sst2/train.tsv: no such file"),
+        (["--glue", glue], "sentence2"),
+    ):
+        code, line = run_main(quality, "quality.py", [*args, *extra], monkeypatch, capsys)
+        assert code == 2 and needle in line, line
+    # without the broken task it goes on to the training (the tripwire)
+    with pytest.raises(AssertionError, match="the long work started"):
+        run_main(quality, "quality.py", [*args, "--glue", glue, "--glue-tasks", "sst2"], monkeypatch, capsys)
+
+
+def test_quality_reports_the_mean_glue_figures_of_best(corpus, tmp_path, monkeypatch, capsys):
+    """--glue fine-tunes best/ once per fine-tuning seed with the CLI's defaults and writes each task's mean
+    dev figure into the row, keeping the runs under RUN/finetune/."""
+    quality = load("quality.py")
+    results, keep = tmp_path / "results.csv", tmp_path / "runs"
+    args = ["--preset", "toy", "--train", corpus, "--test", corpus, "--max-steps", "2", "--device", "cpu"]
+    args += ["--seeds", "1", "--set", "precision=fp32"]
+    args += ["--glue", write_glue(tmp_path / "glue"), "--finetune-seeds", "1", "2"]
+    monkeypatch.setattr(sys, "argv", ["quality.py", *map(str, [*args, "--results", results, "--keep", keep])])
+    assert run_script("quality.py", quality.main) == 0
+    (row,) = csv.DictReader(results.open())
+    for task, metric in (("sst2", "accuracy"), ("stsb", "pearson")):
+        runs = [keep / "toy-seed1" / "finetune" / f"{task}-seed{seed}" for seed in (1, 2)]
+        figures = [json.loads((run / "summary.json").read_text())["dev"][metric] for run in runs]
+        assert float(row[task]) == pytest.approx(sum(figures) / 2, abs=1e-4)
+        summaries = [json.loads((run / "summary.json").read_text()) for run in runs]
+        assert [s["finetune"]["seed"] for s in summaries] == [1, 2]
+    assert "sst2: mean" in capsys.readouterr().out
 
 
 @pytest.fixture
