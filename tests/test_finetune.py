@@ -14,7 +14,7 @@ from nanobert.checkpoint import load_finetuned, load_pretraining_checkpoint
 from nanobert.cli import main
 from nanobert.errors import NanobertError
 from nanobert.finetune import build_classifier, model_outputs, predict_texts
-from nanobert.finetune_data import TaskSpec, load_split
+from nanobert.finetune_data import Encoded, TaskSpec, load_split
 from nanobert.tokenizer import CLS_ID, SEP_ID, encode_pair, encode_pairs, load_tokenizer
 
 FILLER = [w for w in WORDS if w not in ("red", "blue")]
@@ -363,6 +363,80 @@ def test_a_regression_head_starts_at_the_mean_score(pretrained, tmp_path, from_s
     assert torch.all(classifier.build(pre, from_scratch, cfg).classifier.bias == 0)
 
 
+def write_pairs(path, n, seed):
+    """Sentence-pair regression: the score counts the words the two texts share (a symmetric task)."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        a, b = rng.sample(FILLER, 5), rng.sample(FILLER, 5)
+        rows.append(f"{' '.join(a)}\t{' '.join(b)}\t{len(set(a) & set(b))}")
+    path.write_text("first\tsecond\tscore\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def test_symmetric_pairs_are_split_both_ways(pretrained, tmp_path):
+    """A symmetric split holds its pairs read B-A too; training reads the A-B rows, then the B-A rows, with
+    the same labels; pair regression is symmetric by default, classification and single texts are not."""
+    from nanobert.finetune import ClassifierTask
+
+    tokenizer = load_tokenizer(pretrained)
+    spec = TaskSpec(text_col="first", text_pair_col="second", label_col="score", task="regression")
+    path = write_pairs(tmp_path / "pairs.tsv", 7, seed=0)
+    split, _ = load_split(path, spec, tokenizer, 16, None, symmetric=True)
+    rows = list(csv.DictReader(path.open(), delimiter="\t"))
+    ids, types = encode_pairs(tokenizer, [r["second"] for r in rows], [r["first"] for r in rows], 16)
+    assert (split.swapped.input_ids, split.swapped.token_type_ids) == (ids, types)
+    both = split.both_ways()
+    assert both.input_ids == split.data.input_ids + ids and len(both) == 14
+    assert both.labels.tolist() == split.data.labels.tolist() * 2
+    plain, _ = load_split(path, spec, tokenizer, 16, None)
+    assert plain.swapped is None and plain.both_ways() is plain.data
+    assert ClassifierTask(spec).symmetric_pairs()[0] is True
+    assert ClassifierTask(TaskSpec("a", "l", task="regression")).symmetric_pairs()[0] is False
+    assert ClassifierTask(TaskSpec("a", "l", text_pair_col="b")).symmetric_pairs()[0] is False
+
+
+def test_a_symmetric_model_scores_a_pair_the_same_both_ways(pretrained, tmp_path, capsys):
+    """Pair regression trains on both readings by default and scores the mean of both, in the dev metric
+    and in `predict`, so swapping the columns changes no prediction; --no-symmetric-pairs keeps the order."""
+    train, dev = write_pairs(tmp_path / "train.tsv", 24, seed=1), write_pairs(tmp_path / "dev.tsv", 9, seed=2)
+    argv = ["finetune", pretrained, "--train", train, "--dev", dev, "--task", "regression", "--epochs", "2"]
+    argv += ["--text-col", "first", "--text-pair-col", "second", "--label-col", "score"]
+    argv += ["--batch-size", "12", "--precision", "fp32", "--device", "cpu"]
+    predictions = {}
+    for name, extra in (("symmetric", []), ("ordered", ["--no-symmetric-pairs"])):
+        out = tmp_path / name
+        code, stdout, err = run_cli(capsys, *argv, *extra, "--out", out)
+        assert code == 0, err
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["examples"]["train"] == 24  # the file's pairs, whichever way they are read
+        assert summary["finetune"]["symmetric_pairs"] == (name == "symmetric")
+        line = "nanobert: pairs read both ways, A-B and B-A, in training and scoring (the default for"
+        assert any(x.startswith(line) for x in err.splitlines()) == (name == "symmetric")
+        assert f"2 epochs of {4 if name == 'symmetric' else 2} steps" in err  # 48 rows, or the file's 24
+        for order in ("ab", "ba"):
+            columns = [] if order == "ab" else ["--text-col", "second", "--text-pair-col", "first"]
+            code, stdout, err = run_cli(capsys, "predict", out, "--input", dev, *columns)
+            assert code == 0, err
+            predictions[name, order] = [float(r.split("\t")[-1]) for r in stdout.splitlines()[1:]]
+        if name == "symmetric":  # predict and the dev metric both read the mean of the two readings
+            model, tokenizer, _ = load_finetuned(out)
+            rows = list(csv.DictReader(dev.open(), delimiter="\t"))
+            a, b = [r["first"] for r in rows], [r["second"] for r in rows]
+            cpu = torch.device("cpu")
+            readings = [
+                model_outputs(model.eval(), Encoded(*encode_pairs(tokenizer, x, y, 128)), cpu, None, 128)
+                for x, y in ((a, b), (b, a))
+            ]
+            mean = (readings[0][:, 0] + readings[1][:, 0]) / 2
+            assert predictions[name, "ab"] == pytest.approx(mean.tolist(), abs=1e-5)
+            pearson = np.corrcoef(mean, [float(r["score"]) for r in rows])[0, 1]
+            assert summary["dev"]["pearson"] == pytest.approx(pearson, abs=1e-4)
+    # (a model this small moves its scores by ~1e-5 between the two orders; predict writes 6 decimals)
+    assert predictions["symmetric", "ab"] == pytest.approx(predictions["symmetric", "ba"], abs=2e-6)
+    assert np.abs(np.subtract(predictions["ordered", "ab"], predictions["ordered", "ba"])).max() > 5e-6
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Bad input: one line, exit code 2
 
@@ -409,6 +483,8 @@ def test_bad_input(pretrained, tuned, task, tmp_path, capsys):
     qa = ["finetune", pretrained, "--task", "qa", "--train", train, "--dev", dev, "--out", tmp_path / "qa"]
     check([*qa, "--text-col", "sentence"], "--text-col: not for --task qa")
     check([*qa, "--fresh-pooler"], "--fresh-pooler: not for --task qa")
+    check([*qa, "--symmetric-pairs"], "--symmetric-pairs: not for --task qa")
+    check([*base, "--train", train, "--dev", dev, *cols, "--symmetric-pairs"], "--text-pair-col")
     # a file with a header row, indexed as if it had none
     sst = tmp_path / "sst.tsv"
     sst.write_text("sentence\tlabel\nred alpha\t1\nblue bravo\t0\n")

@@ -270,3 +270,12 @@ def test_bad_input_is_one_line(tuned, task, tmp_path, capsys):
         code, _, err = run_cli(capsys, *argv)
         assert code == 2 and len(err.splitlines()) == 1 and needle in err, (argv, err)
     assert not (tmp_path / "o").exists()  # no error left a half-made run behind
+
+
+def test_qa_refuses_to_read_its_pairs_both_ways():
+    """A question and its passage have an order: the library refuses `symmetric_pairs` as the CLI does."""
+    from nanobert.qa import QATask
+
+    with pytest.raises(NanobertError, match="a question and its passage have an order"):
+        QATask().check(QAConfig(symmetric_pairs=True), from_scratch=False)
+    QATask().check(QAConfig(symmetric_pairs=False), from_scratch=False)

@@ -248,6 +248,19 @@ def _cmd_presets(args) -> int:
 _COLUMN_HELP = "a column name, or a 0-based index for a headerless file (every row is data)"
 
 
+def _add_table_options(p) -> None:
+    """The options of the table tasks (classification and regression): columns, and how pairs are read."""
+    p.add_argument("--text-col", metavar="COL", help=_COLUMN_HELP + " (classification and regression)")
+    p.add_argument("--text-pair-col", metavar="COL", help="second text of a sentence pair (segment B)")
+    p.add_argument("--label-col", metavar="COL", help="the label column (classification and regression)")
+    p.add_argument(
+        "--symmetric-pairs",
+        action=argparse.BooleanOptionalAction,
+        help="train on every pair both ways (A-B and B-A) and score a pair as the mean of both, for tasks "
+        "where the order carries nothing; default: on for sentence-pair regression, off for classification",
+    )
+
+
 def _add_qa_options(p) -> None:
     """The options only `finetune --task qa` reads (SQuAD's windows and answers)."""
     p.add_argument("--doc-stride", type=int, help="qa: word pieces between window starts (default 128)")
@@ -272,9 +285,7 @@ def _add_finetune(sub) -> None:
     )
     p.add_argument("--dev", required=True, metavar="FILE", help="labelled file that picks the best epoch")
     p.add_argument("--test", metavar="FILE", help="labelled file to score the best epoch on at the end")
-    p.add_argument("--text-col", metavar="COL", help=_COLUMN_HELP + " (classification and regression)")
-    p.add_argument("--text-pair-col", metavar="COL", help="second text of a sentence pair (segment B)")
-    p.add_argument("--label-col", metavar="COL", help="the label column (classification and regression)")
+    _add_table_options(p)
     p.add_argument("--task", choices=["classification", "regression", "qa"], default="classification")
     p.add_argument(
         "--metric",
@@ -402,6 +413,7 @@ def _cmd_finetune_qa(args) -> int:
 
     _refuse_options(args, (*_TABLE_OPTIONS, "label_col"), "--task qa, which reads SQuAD JSON")
     _refuse_options(args, ("fresh_pooler",), "--task qa, whose head reads every token, not the pooler")
+    _refuse_options(args, ("symmetric_pairs",), "--task qa: a question and its passage have an order")
     cfg, out = _finetune_config(QAConfig, args), _finetune_out(args)
     options = {k: getattr(args, k) for k in ("from_scratch", "overwrite", "quiet")}
     summary = finetune_qa(args.checkpoint, args.train, args.dev, out, cfg, test_file=args.test, **options)

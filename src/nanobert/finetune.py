@@ -35,7 +35,14 @@ from nanobert.finetune_data import Split, TaskSpec, load_split
 from nanobert.metrics import compute_metrics
 from nanobert.model import BertForPreTraining, BertForSequenceClassification
 from nanobert.run_log import RunLog
-from nanobert.task_inference import Prediction, classify, model_outputs, predict, predict_texts
+from nanobert.task_inference import (
+    Prediction,
+    classify,
+    model_outputs,
+    predict,
+    predict_texts,
+    split_outputs,
+)
 from nanobert.tuning import Task, epoch_job, run_task, with_encoder
 
 CLASSIFICATION_DROPOUT = 0.1
@@ -118,13 +125,19 @@ class ClassifierTask(Task):
             raise NanobertError(
                 f"metric {self.metric!r} does not apply to {task}; use one of: {', '.join(METRICS[task])}"
             )
+        if cfg.symmetric_pairs and self.spec.text_pair_col is None:
+            raise NanobertError(
+                "--symmetric-pairs reads sentence pairs both ways; give the second text's column "
+                "(--text-pair-col)"
+            )
         check_adaptation(cfg, from_scratch)
 
     def load(self, files: dict[str, Any], tokenizer: Any, cfg: FinetuneConfig, pretrained: Any) -> None:
-        self.splits, self.labels = _load_splits(files, self.spec, tokenizer, cfg.max_seq_len)
+        symmetric = bool(cfg.symmetric_pairs)  # then every split also holds its pairs read B-A
+        self.splits, self.labels = _load_splits(files, self.spec, tokenizer, cfg.max_seq_len, symmetric)
 
     def train_rows(self) -> int:
-        return len(self.splits["train"].data)
+        return len(self.splits["train"].both_ways())
 
     def dropout(self, pretrained_config) -> tuple[float, str]:
         """Sentence classification keeps BERT's 0.1 whatever pretraining used: from the no-dropout CPU
@@ -139,6 +152,13 @@ class ClassifierTask(Task):
         if self.spec.task == "regression":
             return True, "the default for regression"
         return super().fresh_pooler()
+
+    def symmetric_pairs(self) -> tuple[bool, str]:
+        """Sentence-pair regression reads its pairs both ways (similarity and relatedness scores do not
+        depend on the order: FinetuneConfig.symmetric_pairs); classification keeps the order (entailment)."""
+        if self.spec.task == "regression" and self.spec.text_pair_col is not None:
+            return True, "the default for sentence-pair regression; --no-symmetric-pairs keeps the order"
+        return super().symmetric_pairs()
 
     def build(self, pretrained, from_scratch: bool, cfg: FinetuneConfig) -> BertForSequenceClassification:
         num_labels = len(self.labels) if self.labels is not None else 1
@@ -177,9 +197,9 @@ class ClassifierTask(Task):
 
     def test(self, model, out_dir: Path, job: Job, cfg: FinetuneConfig) -> dict[str, float]:
         model.load_state_dict(load_state_dict(out_dir / "best"))
-        device, test = next(model.parameters()).device, self.splits["test"].data
-        outputs = model_outputs(model, test, device, job.amp_dtype, cfg.eval_batch_size)
-        return compute_metrics(self.spec.task, outputs, test.labels)
+        device, test = next(model.parameters()).device, self.splits["test"]
+        outputs = split_outputs(model, test, device, job.amp_dtype, cfg.eval_batch_size)
+        return compute_metrics(self.spec.task, outputs, test.data.labels)
 
     def fields(self, out_dir: Path, checkpoint, extra: dict, run: RunState, test: dict | None) -> dict:
         task, best = self.spec.task, run.best()
@@ -208,17 +228,18 @@ class ClassifierTask(Task):
 
 
 def _load_splits(
-    files: dict[str, str | Path | None], spec: TaskSpec, tokenizer: Any, max_seq_len: int
+    files: dict[str, str | Path | None], spec: TaskSpec, tokenizer: Any, max_seq_len: int, symmetric: bool
 ) -> tuple[dict[str, Split | None], list[str] | None]:
-    """Read and encode the train, dev and (optional) test files; the train file fixes the label mapping."""
-    train, labels = load_split(files["train"], spec, tokenizer, max_seq_len, None)
+    """Read and encode the train, dev and (optional) test files; the train file fixes the label mapping.
+    With `symmetric`, each split holds its pairs read B-A too."""
+    train, labels = load_split(files["train"], spec, tokenizer, max_seq_len, None, symmetric=symmetric)
     splits: dict[str, Split | None] = {"train": train}
     for name in ("dev", "test"):
         path = files[name]
         splits[name] = (
             None
             if path is None
-            else load_split(path, spec, tokenizer, max_seq_len, labels, files["train"])[0]
+            else load_split(path, spec, tokenizer, max_seq_len, labels, files["train"], symmetric)[0]
         )
     return splits, labels
 
@@ -239,11 +260,12 @@ def _job(
     train, dev = splits["train"], splits["dev"]
 
     def evaluate(amp_dtype: torch.dtype | None) -> dict[str, float]:
-        outputs = model_outputs(model, dev.data, device, amp_dtype, cfg.eval_batch_size)
+        outputs = split_outputs(model, dev, device, amp_dtype, cfg.eval_batch_size)
         return compute_metrics(task, outputs, dev.data.labels)
 
+    # A symmetric task trains on every pair read both ways; dev and test score their mean (split_outputs).
     job, plan, run, log = epoch_job(
-        model, tokenizer, train.data, cfg, out_dir, loss=lambda m, batch: {"loss": m(**batch).loss},
+        model, tokenizer, train.both_ways(), cfg, out_dir, loss=lambda m, batch: {"loss": m(**batch).loss},
         evaluate=evaluate, metric=metric, kind=SEQUENCE_CLASSIFICATION, extra=extra, quiet=quiet,
     )  # fmt: skip
     target = f"{len(extra['labels'])} labels" if extra["labels"] else "a score"

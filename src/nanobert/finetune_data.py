@@ -168,6 +168,15 @@ def train_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.nda
 class Split:
     table: Table
     data: Encoded
+    swapped: Encoded | None = None  # the pairs read the other way round (B-A), for a symmetric task
+
+    def both_ways(self) -> Encoded:
+        """Every pair read both ways, the A-B rows then the B-A rows: a symmetric task's training rows."""
+        if self.swapped is None:
+            return self.data
+        a, b = self.data, self.swapped
+        labels = None if a.labels is None else np.concatenate([a.labels, b.labels])
+        return Encoded(a.input_ids + b.input_ids, a.token_type_ids + b.token_type_ids, labels)
 
 
 def _is_number(key: str) -> bool:
@@ -197,9 +206,11 @@ def load_split(
     max_seq_len: int,
     labels: list[str] | None,
     train_path: str | Path | None = None,
+    symmetric: bool = False,
 ) -> tuple[Split, list[str] | None]:
     """Read, check and tokenize one labelled file. With `labels` None (the train split) the label mapping is
-    built from this file and returned; otherwise every label must be one of `labels`."""
+    built from this file and returned; otherwise every label must be one of `labels`. With `symmetric`, the
+    split also holds its pairs read B-A (`Split.swapped`)."""
     table = read_table(path, spec.format, spec.encoding, header=not spec.headerless)
     # Read every column first, so a missing one is reported before any cell of another is checked.
     for col in spec.columns().values():
@@ -220,7 +231,10 @@ def load_split(
                 )
         y = label_ids(table, spec.label_col, labels, train_path or path)
     ids, types = encode_pairs(tokenizer, texts_a, texts_b, max_seq_len)
-    return Split(table, Encoded(ids, types, y)), labels
+    swapped = None
+    if symmetric and texts_b is not None:
+        swapped = Encoded(*encode_pairs(tokenizer, texts_b, texts_a, max_seq_len), y)
+    return Split(table, Encoded(ids, types, y), swapped), labels
 
 
 def length_sorted_batches(

@@ -79,6 +79,10 @@ class QATask(Task):
     digits = 2
 
     def check(self, cfg: QAConfig, from_scratch: bool) -> None:
+        if cfg.symmetric_pairs:
+            raise NanobertError(
+                "--symmetric-pairs is for sentence pairs; a question and its passage have an order"
+            )
         check_adaptation(cfg, from_scratch)
 
     def load(self, files: dict[str, Any], tokenizer: Any, cfg: QAConfig, pretrained: Any) -> None:

@@ -19,7 +19,14 @@ import torch
 from nanobert.checkpoint import load_finetuned
 from nanobert.device import autocast, autocast_dtype, evaluating, resolve_device
 from nanobert.errors import NanobertError, check_output_file
-from nanobert.finetune_data import Encoded, label_ids, length_sorted_batches, read_texts, regression_targets
+from nanobert.finetune_data import (
+    Encoded,
+    Split,
+    label_ids,
+    length_sorted_batches,
+    read_texts,
+    regression_targets,
+)
 from nanobert.metrics import compute_metrics
 from nanobert.model import BertForSequenceClassification
 from nanobert.tabular import Column, detect_format, read_table, write_table
@@ -44,6 +51,21 @@ def model_outputs(
     return out
 
 
+def split_outputs(
+    model: BertForSequenceClassification,
+    split: Split,
+    device: torch.device,
+    amp_dtype: torch.dtype | None,
+    batch_size: int,
+) -> np.ndarray:
+    """`model_outputs` of a split's examples; for a symmetric task (the split holds its pairs read B-A too)
+    the mean of the A-B and the B-A outputs, which scores a pair the same whichever text comes first."""
+    out = model_outputs(model, split.data, device, amp_dtype, batch_size)
+    if split.swapped is not None:
+        out = (out + model_outputs(model, split.swapped, device, amp_dtype, batch_size)) / 2
+    return out
+
+
 def classify(
     model: BertForSequenceClassification,
     tokenizer: Any,
@@ -58,10 +80,12 @@ def classify(
     """
     if any(not t.strip() for t in texts_a + (texts_b or [])):
         raise NanobertError("a text is empty; give every example some words")
-    device = next(model.parameters()).device
-    ids, types = encode_pairs(tokenizer, texts_a, texts_b, int(config.get("max_seq_len", 128)))
+    device, max_len = next(model.parameters()).device, int(config.get("max_seq_len", 128))
+    split = Split(None, Encoded(*encode_pairs(tokenizer, texts_a, texts_b, max_len)))
+    if texts_b is not None and config.get("finetune", {}).get("symmetric_pairs"):  # scored both ways
+        split.swapped = Encoded(*encode_pairs(tokenizer, texts_b, texts_a, max_len))
     amp_dtype = autocast_dtype(config.get("precision", "auto"), device)  # as the model was trained
-    return model_outputs(model, Encoded(ids, types), device, amp_dtype, batch_size)
+    return split_outputs(model, split, device, amp_dtype, batch_size)
 
 
 @dataclass
@@ -182,4 +206,4 @@ def predict(
     return result
 
 
-__all__ = ["Prediction", "classify", "model_outputs", "predict", "predict_texts"]
+__all__ = ["Prediction", "classify", "model_outputs", "predict", "predict_texts", "split_outputs"]

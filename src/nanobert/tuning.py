@@ -262,6 +262,11 @@ class Task:
         (`FinetuneConfig.fresh_pooler`); by default the checkpoint's."""
         return False, "the default"
 
+    def symmetric_pairs(self) -> tuple[bool, str]:
+        """Whether pairs are read both ways when not asked (`FinetuneConfig.symmetric_pairs`), and why; by
+        default not: the order of a question and its passage, or of a premise and its hypothesis, matters."""
+        return False, "the default"
+
     def extra(self, checkpoint: str | Path, cfg: FinetuneConfig, from_scratch: bool) -> dict[str, Any]:
         """What best/config.json records besides the model."""
         raise NotImplementedError
@@ -321,6 +326,10 @@ def run_task(
     if cfg.adapt_epochs and not isinstance(pretrained, BertForPreTraining):
         raise NanobertError("--adapt-epochs re-runs BERT's masked-LM and NSP heads; this checkpoint has none")
     tokenizer = checkpoint_tokenizer(checkpoint, pretrained, saved)
+    symmetric_why = "--symmetric-pairs"
+    if cfg.symmetric_pairs is None:  # before loading: it decides the training rows
+        value, symmetric_why = task.symmetric_pairs()
+        cfg = dataclasses.replace(cfg, symmetric_pairs=value)
     task.load(files, tokenizer, cfg, pretrained)
     dropout_why = "--dropout"
     if cfg.dropout is None:  # the task's measured default, recorded in summary.json as the value used
@@ -344,6 +353,8 @@ def run_task(
         has_one = getattr(pretrained.bert, "pooler", None) is not None  # a causal checkpoint has none
         source = "from the checkpoint" if has_one and not cfg.fresh_pooler else "fresh"
         log.say(f"nanobert: pooler {source} ({pooler_why if has_one else 'the checkpoint has none'})")
+    if cfg.symmetric_pairs:
+        log.say(f"nanobert: pairs read both ways, A-B and B-A, in training and scoring ({symmetric_why})")
     outcome = fit(job, plan, run, log)
     task.after_fit(model, out_dir)
     # the best epoch on the test file, if one was given
