@@ -299,7 +299,7 @@ class FinetuneConfig:
     # nothing (similarity, paraphrase). None: the task's default (`Task.symmetric_pairs`): on for
     # sentence-pair regression, off otherwise. From the default-scale 30-minute checkpoint, STS-B dev
     # Pearson rose from 0.459 / 0.485 / 0.471 to 0.512 / 0.510 / 0.546 (fine-tuning seeds 1-3, every one
-    # better; benchmarks/README.md, *STS-B: pairs read both ways*).
+    # better; benchmarks/README.md, *STS-B's pairs read both ways*).
     symmetric_pairs: bool | None = None
     adam_eps: float = 1e-6  # BERT's value
     grad_clip: float = 1.0
