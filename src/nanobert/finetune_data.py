@@ -166,7 +166,7 @@ def train_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.nda
 
 @dataclass
 class Split:
-    table: Table
+    table: Table | None  # None for texts given in memory (`task_inference.classify`)
     data: Encoded
     swapped: Encoded | None = None  # the pairs read the other way round (B-A), for a symmetric task
 
