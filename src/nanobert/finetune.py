@@ -137,7 +137,8 @@ class ClassifierTask(Task):
         self.splits, self.labels = _load_splits(files, self.spec, tokenizer, cfg.max_seq_len, symmetric)
 
     def train_rows(self) -> int:
-        return len(self.splits["train"].both_ways())
+        train = self.splits["train"]  # counted, not built: both_ways() concatenates
+        return len(train.data) * (1 if train.swapped is None else 2)
 
     def dropout(self, pretrained_config) -> tuple[float, str]:
         """Sentence classification keeps BERT's 0.1 whatever pretraining used: from the no-dropout CPU

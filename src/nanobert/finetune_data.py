@@ -230,11 +230,25 @@ def load_split(
                     f"{path}: every row has the label {labels[0]!r}; classification needs at least two labels"
                 )
         y = label_ids(table, spec.label_col, labels, train_path or path)
-    ids, types = encode_pairs(tokenizer, texts_a, texts_b, max_seq_len)
+    return encode_split(table, tokenizer, texts_a, texts_b, max_seq_len, y, symmetric), labels
+
+
+def encode_split(
+    table: Table | None,
+    tokenizer: Any,
+    texts_a: list[str],
+    texts_b: list[str] | None,
+    max_seq_len: int,
+    labels: np.ndarray | None = None,
+    symmetric: bool = False,
+) -> Split:
+    """Texts (and pairs) encoded as `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`; with `symmetric`, pairs are
+    also encoded the other way round (B-A, `Split.swapped`), with the same labels."""
+    data = Encoded(*encode_pairs(tokenizer, texts_a, texts_b, max_seq_len), labels)
     swapped = None
     if symmetric and texts_b is not None:
-        swapped = Encoded(*encode_pairs(tokenizer, texts_b, texts_a, max_seq_len), y)
-    return Split(table, Encoded(ids, types, y), swapped), labels
+        swapped = Encoded(*encode_pairs(tokenizer, texts_b, texts_a, max_seq_len), labels)
+    return Split(table, data, swapped)
 
 
 def length_sorted_batches(
@@ -297,6 +311,7 @@ __all__ = [
     "label_key",
     "label_order",
     "length_sorted_batches",
+    "encode_split",
     "load_split",
     "read_texts",
     "regression_targets",

@@ -22,6 +22,7 @@ from nanobert.errors import NanobertError, check_output_file
 from nanobert.finetune_data import (
     Encoded,
     Split,
+    encode_split,
     label_ids,
     length_sorted_batches,
     read_texts,
@@ -30,7 +31,7 @@ from nanobert.finetune_data import (
 from nanobert.metrics import compute_metrics
 from nanobert.model import BertForSequenceClassification
 from nanobert.tabular import Column, detect_format, read_table, write_table
-from nanobert.tokenizer import count_cut, encode_pairs
+from nanobert.tokenizer import count_cut
 
 
 @torch.no_grad()
@@ -81,9 +82,8 @@ def classify(
     if any(not t.strip() for t in texts_a + (texts_b or [])):
         raise NanobertError("a text is empty; give every example some words")
     device, max_len = next(model.parameters()).device, int(config.get("max_seq_len", 128))
-    split = Split(None, Encoded(*encode_pairs(tokenizer, texts_a, texts_b, max_len)))
-    if texts_b is not None and config.get("finetune", {}).get("symmetric_pairs"):  # scored both ways
-        split.swapped = Encoded(*encode_pairs(tokenizer, texts_b, texts_a, max_len))
+    symmetric = bool(config.get("finetune", {}).get("symmetric_pairs"))  # trained, so scored, both ways
+    split = encode_split(None, tokenizer, texts_a, texts_b, max_len, symmetric=symmetric)
     amp_dtype = autocast_dtype(config.get("precision", "auto"), device)  # as the model was trained
     return split_outputs(model, split, device, amp_dtype, batch_size)
 
