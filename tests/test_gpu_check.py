@@ -167,7 +167,12 @@ def test_the_profile_names_where_a_step_spends_its_time(throughput):
     assert (
         p["clock"] == "cpu" and len(p["top"]) == 5 and 0 < p["busy_ms_per_step"] <= p["wall_ms_per_step"] * 2
     )
-    assert any("mm" in op["name"] for op in p["top"]) and all(op["ms_per_step"] > 0 for op in p["top"])
+    times = [op["ms_per_step"] for op in p["top"]]
+    assert times == sorted(times, reverse=True) and times[-1] > 0
+    # The whole table names the step's matrix multiplies. (On a model this tiny, AdamW, GELU or the loss
+    # can fill the top 5 on a noisy machine, so "mm" is looked for in every row, not the first five.)
+    everything = throughput.profile_steps(side, batches, 2, torch.device("cpu"), top=10_000)["top"]
+    assert len(everything) > 5 and any(op["name"] in ("aten::mm", "aten::addmm") for op in everything)
 
 
 def test_throughput_json_is_rewritten_whole_at_each_update(throughput, tmp_path):
