@@ -302,6 +302,18 @@ class Task:
         raise NotImplementedError
 
 
+def _task_default(
+    cfg: FinetuneConfig, field: str, choose: Callable, given: str
+) -> tuple[FinetuneConfig, str]:
+    """`cfg` with `field` set to the task's measured default (`choose()` gives the value and why) when
+    the user left it None, so summary.json records the value used; and why it has that value (`given`
+    when the user set it)."""
+    if getattr(cfg, field) is not None:
+        return cfg, given
+    value, why = choose()
+    return dataclasses.replace(cfg, **{field: value}), why
+
+
 def run_task(
     task: Task,
     checkpoint: str | Path,
@@ -326,19 +338,12 @@ def run_task(
     if cfg.adapt_epochs and not isinstance(pretrained, BertForPreTraining):
         raise NanobertError("--adapt-epochs re-runs BERT's masked-LM and NSP heads; this checkpoint has none")
     tokenizer = checkpoint_tokenizer(checkpoint, pretrained, saved)
-    symmetric_why = "--symmetric-pairs"
-    if cfg.symmetric_pairs is None:  # before loading: it decides the training rows
-        value, symmetric_why = task.symmetric_pairs()
-        cfg = dataclasses.replace(cfg, symmetric_pairs=value)
+    # before loading: it decides the training rows
+    cfg, symmetric_why = _task_default(cfg, "symmetric_pairs", task.symmetric_pairs, "--symmetric-pairs")
     task.load(files, tokenizer, cfg, pretrained)
-    dropout_why = "--dropout"
-    if cfg.dropout is None:  # the task's measured default, recorded in summary.json as the value used
-        value, dropout_why = task.dropout(pretrained.config)
-        cfg = dataclasses.replace(cfg, dropout=value)
-    pooler_why = "--fresh-pooler" if cfg.fresh_pooler else "--no-fresh-pooler"
-    if cfg.fresh_pooler is None:
-        value, pooler_why = task.fresh_pooler()
-        cfg = dataclasses.replace(cfg, fresh_pooler=value)
+    cfg, dropout_why = _task_default(cfg, "dropout", lambda: task.dropout(pretrained.config), "--dropout")
+    given = "--fresh-pooler" if cfg.fresh_pooler else "--no-fresh-pooler"
+    cfg, pooler_why = _task_default(cfg, "fresh_pooler", task.fresh_pooler, given)
     if cfg.epochs is None:
         steps_per_epoch = math.ceil(task.train_rows() / cfg.batch_size)
         cfg = dataclasses.replace(cfg, epochs=default_epochs(steps_per_epoch, cfg))
