@@ -103,3 +103,26 @@ def test_preset_configs_sets_fields_of_either_config_by_keyword():
     assert train.time_budget == 5.0 and train.max_steps is None
     with pytest.raises(NanobertError, match="unknown config field.*hidden_sise"):
         preset_configs("toy", hidden_sise=64)
+
+
+def test_the_first_run_leaves_its_depth_to_the_passes_it_can_make():
+    from nanobert.config import DEPTH_PASSES, new_run_configs
+
+    model, train, chosen, note = new_run_configs(None, None, "cpu", {}, {})
+    assert (chosen, model.num_hidden_layers, train.shallow_below_passes) == ("wikitext2-cpu", 4, DEPTH_PASSES)
+    assert "4 layers or 2 by the passes over the corpus it allows" in note
+    _, train, _, _ = new_run_configs(None, None, "cpu", {}, {"time_budget": 1800.0})
+    assert train.shallow_below_passes == DEPTH_PASSES  # a longer first run still chooses
+    # the preset asked for by name, a depth or a threshold set, the toy corpus and a GPU keep what they say
+    for preset, data, device, model_over, train_over in [
+        ("wikitext2-cpu", None, "cpu", {}, {}),
+        (None, None, "cpu", {"num_hidden_layers": 4}, {}),
+        (None, "toy", "cpu", {}, {}),
+        (None, None, "cuda", {}, {}),
+    ]:
+        _, train, _, note = new_run_configs(preset, data, device, model_over, train_over)
+        assert train.shallow_below_passes is None and "by the passes" not in (note or "")
+    _, train, _, _ = new_run_configs(None, None, "cpu", {}, {"shallow_below_passes": 7.0})
+    assert train.shallow_below_passes == 7.0
+    with pytest.raises(NanobertError, match="shallow_below_passes must be positive"):
+        build_configs("wikitext2-cpu", train_overrides={"shallow_below_passes": 0.0})

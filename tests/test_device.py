@@ -1,6 +1,7 @@
 """Device and precision choice."""
 
 import platform
+import time
 
 import pytest
 import torch
@@ -90,3 +91,14 @@ def test_a_close_call_is_not_cached(tmp_path, monkeypatch):
     for _ in range(2):
         choose_precision("auto", torch.device("cpu"), calls.append, "shape C")
     assert len(calls) == 2 * 8 and not precision_cache().exists()
+
+
+def test_step_seconds_is_the_median_after_a_warm_up():
+    calls = []
+
+    def step(dtype):  # the warm-up is the slow one, as oneDNN's first call is
+        calls.append(dtype)
+        time.sleep(0.05 if len(calls) == 1 else 0.001)
+
+    seconds = device.step_seconds(step, torch.bfloat16, trials=3)
+    assert calls == [torch.bfloat16] * 4 and 0.001 <= seconds < 0.04

@@ -50,6 +50,7 @@ FLOORS = {
     "hf_export": 5,
     "blimp": 6,  # the BLiMP yardstick: minimal pairs scored with `scoring`
     "objectives": 7,  # one record per pretraining objective: everything that differs between them
+    "depth": 8,  # the first run's depth, by the passes its plan gives (timed on this machine)
     "evaluate": 8,  # a model's or a checkpoint's held-out metrics, by its objective
     "tuning": 7,  # what every fine-tuning job shares: the encoder, epochs with a dev evaluation, best/
     "adapt": 8,  # task-adaptive masked-LM before fine-tuning, on the shared loop and tuning's encoder copy

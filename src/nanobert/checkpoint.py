@@ -454,7 +454,20 @@ def load_trainer_state(directory: str | Path) -> dict:
         ) from None
 
 
+def refuse_going_back(resume: Path, last: Path) -> None:
+    """Continuing an earlier checkpoint (best/) in its run's folder would replace the later last/: refused."""
+    if resume.resolve() == last.resolve() or not (last / CONFIG_NAME).is_file():
+        return
+    step, later = read_config(resume).get("step", 0), read_config(last).get("step", 0)
+    if later > step:
+        raise NanobertError(
+            f"{resume} is step {step} of a run that went on to step {later} ({last}); continuing it there "
+            "would replace last/ and the later records; pass --out NEW to branch off, or --overwrite to do so"
+        )
+
+
 __all__ = [
+    "refuse_going_back",
     "CAUSAL_LM",
     "HYBRID_LM",
     "KINDS",

@@ -143,6 +143,10 @@ class TrainConfig:
     max_steps: int | None = None
     epochs: float | None = None
     time_budget: float | None = None  # seconds of training; steps are re-planned from the measured speed
+    # depth that follows the data a run can cover: a new run whose length (for a time budget, at the step
+    # rate measured before it starts) gives the model fewer passes over its corpus than this trains half its
+    # layers instead; None: the layers as configured. The first run with no options sets it (DEPTH_PASSES).
+    shallow_below_passes: float | None = None
     # evaluation and logging
     eval_interval: int = 200
     eval_batch_size: int = 64
@@ -208,6 +212,11 @@ class TrainConfig:
                     "time_budget",
                     self.time_budget is None or 0 < self.time_budget < math.inf,
                     "positive and finite",
+                ),
+                (
+                    "shallow_below_passes",
+                    self.shallow_below_passes is None or 0 < self.shallow_below_passes < math.inf,
+                    "positive and finite, or None",
                 ),
                 (
                     "device",
@@ -519,6 +528,11 @@ def preset_configs(preset: str, **fields: Any) -> tuple[ModelConfig, TrainConfig
 LENGTH_FIELDS = ("max_steps", "epochs", "time_budget")
 # A first run with no options: about 15 minutes on a laptop CPU, about 3 minutes on a GPU.
 DEFAULT_BUDGET = {"cpu": 900.0, "cuda": 180.0}
+# The CPU recipe's four layers need passes over the corpus to pay for their slower steps: on 217k words they
+# lost to two layers at ~56 passes (-0.022 MLM accuracy), tied at ~100 and won at ~210 (+0.016); on 2.2M
+# words, at 4 passes, two layers won by 0.037 on every seed (benchmarks/README.md, Rounds 11, 17 and 18).
+# So a first run with no options keeps four layers only where its plan gives them 100 passes or more.
+DEPTH_PASSES = 100.0
 
 
 def new_run_configs(
@@ -532,12 +546,17 @@ def new_run_configs(
 
     With no preset: `toy` for the toy corpus, the measured CPU recipe on a CPU (its tiny shape makes the
     most of few cores), `small` on a GPU, and a first-run length of `DEFAULT_BUDGET` seconds. A run whose
-    length nobody chose gets that budget too. The note says what was chosen when the user did not.
+    length nobody chose gets that budget too. The CPU recipe without `--preset` leaves its depth to the
+    passes the run can make (`shallow_below_passes=DEPTH_PASSES`) unless the layers or that threshold are
+    set. The note says what was chosen when the user did not.
     """
     chosen = preset or ("toy" if data == "toy" else "wikitext2-cpu" if device_type == "cpu" else "small")
     train_overrides = dict(train_overrides)
     if not preset and chosen != "toy" and not set(LENGTH_FIELDS) & set(train_overrides):
         train_overrides["time_budget"] = DEFAULT_BUDGET[device_type]
+    depth_free = not {"num_hidden_layers", "shallow_below_passes"} & {*model_overrides, *train_overrides}
+    if not preset and chosen == "wikitext2-cpu" and depth_free:
+        train_overrides["shallow_below_passes"] = DEPTH_PASSES
     model_config, train_config = build_configs(chosen, model_overrides, train_overrides)
     has_length = any(getattr(train_config, n) is not None for n in LENGTH_FIELDS)
     if not has_length:
@@ -551,8 +570,12 @@ def new_run_configs(
         if train_config.epochs
         else f"{train_config.time_budget:.0f} s"
     )
+    depth = ""
+    if train_config.shallow_below_passes is not None:
+        layers = model_config.num_hidden_layers
+        depth = f", {layers} layers or {max(1, layers // 2)} by the passes over the corpus it allows"
     note = (
-        f"preset {chosen!r} on {device_type} for {length} "
+        f"preset {chosen!r} on {device_type} for {length}{depth} "
         "(choose with --preset and --max-steps/--epochs/--time-budget)"
     )
     return model_config, train_config, chosen, note

@@ -155,6 +155,19 @@ def _time_both(step: Callable[[torch.dtype | None], None], trials: int) -> dict[
     return {name: round(statistics.median(t), 5) for name, t in times.items()}
 
 
+def step_seconds(
+    step: Callable[[torch.dtype | None], None], dtype: torch.dtype | None, trials: int = 3
+) -> float:
+    """Median seconds of `step(dtype)` (a `choose_precision` step) over `trials` runs after a warm-up."""
+    step(dtype)
+    times = []
+    for _ in range(trials):
+        start = time.perf_counter()
+        step(dtype)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def _read_cache() -> dict[str, Any]:
     try:
         return json.loads(precision_cache().read_text())
@@ -212,4 +225,5 @@ __all__ = [
     "cpu_name",
     "hardware_description",
     "resolve_device",
+    "step_seconds",
 ]

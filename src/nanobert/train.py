@@ -36,17 +36,18 @@ from tokenizers import Tokenizer
 from torch.nn.parallel import DistributedDataParallel
 
 from nanobert.checkpoint import (
-    CONFIG_NAME,
     checkpoint_kind,
     checkpoint_tokenizer,
     load_language_model,
     load_train_config,
     load_trainer_state,
     read_config,
+    refuse_going_back,
     save_checkpoint,
     wrong_kind,
 )
 from nanobert.config import ModelConfig, TrainConfig, config_from_dict
+from nanobert.depth import choose_depth
 from nanobert.device import autocast_dtype, choose_precision, hardware_description, resolve_device
 from nanobert.distributed import Distributed, from_environment
 from nanobert.engine import (
@@ -90,6 +91,7 @@ class _Setup:
     counts: tuple[int, int]  # training documents and sentences
     resume: Path | None = None
     resume_state: dict | None = None
+    depth_note: str | None = None  # how `shallow_below_passes` chose the depth
 
 
 def pretrain(
@@ -167,7 +169,7 @@ def _setup(
         resume_state = load_trainer_state(resume)
     in_place = resume is not None and out_dir.resolve() == resume.resolve().parent
     if in_place and not overwrite:
-        _refuse_going_back(resume, out_dir / "last")
+        refuse_going_back(resume, out_dir / "last")
     if not in_place:
         prepare_out_dir(out_dir, overwrite, create=False, inputs=(tokenizer_dir,))
     random.seed(cfg.seed)
@@ -183,24 +185,13 @@ def _setup(
     )
     if resume_state is not None:
         _refuse_a_finished_run(resume, resume_state, _plan(cfg, stream, None))
+    model, depth_note = (data.model, None) if resume else choose_depth(ctx, device, cfg, data.model, stream)
     if ctx.is_main and not in_place:
-        prepare_out_dir(out_dir, overwrite, need=checkpoint_bytes(data.model, trainer_state=True))
+        prepare_out_dir(out_dir, overwrite, need=checkpoint_bytes(model, trainer_state=True))
     return _Setup(
-        ctx, device, cfg, objective, sources, out_dir, data.model, data.tokenizer, stream, held_out,
-        data.note, data.counts, resume, resume_state,
+        ctx, device, cfg, objective, sources, out_dir, model, data.tokenizer, stream, held_out,
+        data.note, data.counts, resume, resume_state, depth_note,
     )  # fmt: skip
-
-
-def _refuse_going_back(resume: Path, last: Path) -> None:
-    """Continuing an earlier checkpoint (best/) in its run's folder would replace the later last/: refused."""
-    if resume.resolve() == last.resolve() or not (last / CONFIG_NAME).is_file():
-        return
-    step, later = read_config(resume).get("step", 0), read_config(last).get("step", 0)
-    if later > step:
-        raise NanobertError(
-            f"{resume} is step {step} of a run that went on to step {later} ({last}); continuing it there "
-            "would replace last/ and the later records; pass --out NEW to branch off, or --overwrite to do so"
-        )
 
 
 def _refuse_a_finished_run(resume: Path, state: dict, plan: Plan) -> None:
@@ -372,6 +363,8 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
     )
     log = RunLog(s.out_dir, plan.total_steps, run.step, quiet, write=s.ctx.is_main)
     log.say(f"nanobert: precision {why}")
+    if s.depth_note:
+        log.say(f"nanobert: depth {s.depth_note}")
     if s.resume is not None:
         _continue_records(s, run, log)
     return job, plan, run, log
