@@ -32,7 +32,7 @@ def choose_depth(
     """
     if cfg.shallow_below_passes is None:
         return model, None
-    steps_per_epoch = max(1, stream.batches_per_epoch() // cfg.grad_accum_steps)
+    steps_per_epoch = stream.steps_per_epoch()
     objective, layers = objective_of(cfg), model.config.num_hidden_layers
     if cfg.time_budget is None:
         steps = cfg.max_steps or cfg.epochs * steps_per_epoch
@@ -57,8 +57,7 @@ def choose_depth(
         return model, f"{layers} layers (auto: {why}; at least {threshold})"
     torch.manual_seed(cfg.seed)
     shallow = objective.model(dataclasses.replace(model.config, num_hidden_layers=layers // 2)).to(device)
-    if ctx.rank > 0:  # the same initial weights everywhere, but each rank its own dropout (as train.py)
-        torch.manual_seed(cfg.seed + 7919 * ctx.rank)
+    ctx.seed_dropout(cfg.seed)
     return (
         shallow,
         f"{layers // 2} layers (auto: {why}; below {threshold} half the layers learn more in the same time)",

@@ -82,6 +82,11 @@ class Distributed:
         dist.all_gather_object(out, obj, group=self.control)
         return out
 
+    def seed_dropout(self, seed: int) -> None:
+        """After the model's init (the same weights on every rank): each other rank its own dropout draws."""
+        if self.rank > 0:
+            torch.manual_seed(seed + 7919 * self.rank)
+
     def on_main(self, fn: Callable[[], Any]) -> Any:
         """Run `fn` on rank 0 only and return its result on every rank; its NanobertError is raised on all."""
         result, error = None, None

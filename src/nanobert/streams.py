@@ -185,6 +185,10 @@ class BatchStream:
             raise self._empty_epoch()
         return max(1, round(n / self.source.window_fraction(self.epoch, self.window)))
 
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps in an epoch: its batches over `grad_accum_steps`, at least one."""
+        return max(1, self.batches_per_epoch() // self.cfg.grad_accum_steps)
+
     def _empty_epoch(self) -> NanobertError:
         cfg = self.cfg
         return NanobertError(

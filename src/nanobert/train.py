@@ -242,8 +242,7 @@ def _data_and_model(
         else:
             tokenizer = _new_tokenizer(ctx, cfg, documents[0], tokenizer_dir)
         model = _new_model(model_config, cfg, tokenizer.get_vocab_size(), device)
-    if ctx.rank > 0:  # the same initial weights everywhere, but each rank its own dropout
-        torch.manual_seed(cfg.seed + 7919 * ctx.rank)
+    ctx.seed_dropout(cfg.seed)  # the same initial weights everywhere, but each rank its own dropout
     if prepared is None:
         train_docs, held_docs, note = documents
         # the objective's check of the corpus: it fails now (one document for NSP, too few tokens for one
@@ -292,7 +291,7 @@ def _new_model(model_config: ModelConfig, cfg: TrainConfig, vocab_size: int, dev
 
 def _plan(cfg: TrainConfig, stream: BatchStream, stop_after: int | None) -> Plan:
     """The run's length (a step count from max_steps or epochs, or a time budget) and its intervals."""
-    steps_per_epoch = max(1, stream.batches_per_epoch() // cfg.grad_accum_steps)
+    steps_per_epoch = stream.steps_per_epoch()
     total_steps = cfg.max_steps
     if cfg.epochs is not None:
         total_steps = max(1, math.ceil(cfg.epochs * steps_per_epoch))
@@ -398,7 +397,7 @@ def _continue_records(setup: _Setup, run: RunState, log: RunLog) -> None:
 def _say_plan(setup: _Setup, plan: Plan, run: RunState, log: RunLog) -> None:
     model, ctx = setup.model, setup.ctx
     n_params = sum(p.numel() for p in model.parameters())
-    steps_per_epoch = max(1, setup.stream.batches_per_epoch() // setup.cfg.grad_accum_steps)
+    steps_per_epoch = setup.stream.steps_per_epoch()
     docs, sentences = setup.counts
     log.say(
         f"nanobert: {n_params / 1e6:.2f}M parameters, vocab {model.config.vocab_size}, {docs} train "
