@@ -163,6 +163,34 @@ def test_a_margin_lets_a_later_evaluation_within_it_take_best(
     )
 
 
+@pytest.mark.parametrize(
+    "history, margin, best_step, why",
+    [
+        # the toy demo: MLM accuracy 1.0 at step 400 and again at 800, where NSP has caught up: the tie goes
+        # to the later, lower-loss evaluation
+        ([(400, 1.0, 0.224), (800, 1.0, 0.037)], 0.0, 800, "ties the best (1.0000)"),
+        # a tie with a higher loss keeps the earlier one
+        ([(400, 1.0, 0.037), (800, 1.0, 0.224)], 0.0, 400, "the best held-out acc so far"),
+        # a near-tie within the margin with a lower loss takes best/; outside the margin it does not
+        ([(10, 0.30, 5.0), (20, 0.296, 4.9)], 0.006, 20, "within best_margin 0.006"),
+        ([(10, 0.30, 5.0), (20, 0.29, 4.5)], 0.006, 10, "the best held-out acc so far"),
+        # the loss to beat is best/'s own, not the lowest seen: 30 beats 20's loss, not 10's
+        ([(10, 0.30, 4.0), (20, 0.30, 4.5), (30, 0.30, 4.4)], 0.0, 10, "the best held-out acc so far"),
+        ([(10, 0.30, 5.0), (20, 0.31, 4.5), (30, 0.305, 4.4)], 0.006, 30, "than step 20's (4.4000 < 4.5000)"),
+    ],
+)
+def test_ties_and_near_ties_go_to_the_later_lower_loss_evaluation(history, margin, best_step, why):
+    run = RunState()
+    for step, acc, loss in history:
+        run.history.append({"step": step, "acc": acc, "loss": loss})
+        run.offer(run.history[-1], "acc", True, margin, tiebreak=lambda m: m["loss"])
+    assert run.best_step == best_step and why in run.best_reason, run.best_reason
+    assert run.best_value == max(acc for _, acc, _ in history)
+    replayed = RunState(history=list(run.history))  # a resume names the same best/ and reason
+    replayed.choose_best("acc", True, margin, tiebreak=lambda m: m["loss"])
+    assert (replayed.best_step, replayed.best_reason) == (run.best_step, run.best_reason)
+
+
 def test_early_stopping_after_patience_evaluations_without_a_better_one(tmp_path):
     job, _ = make_job(tmp_path, [0.5, 0.6, 0.7, 0.8, 0.1])
     outcome, run, _ = run_fit(tmp_path, job, total_steps=100, early_stopping_patience=2)

@@ -47,6 +47,7 @@ class RunState:
     tokens_seen: int = 0
     best_value: float | None = None  # the best held-out value of the job's selection metric so far
     best_step: int | None = None  # the step best/ holds: the best, or a later one within the job's margin
+    best_reason: str | None = None  # why best/ holds that step (`offer`)
     evals_since_best: int = 0
     history: list[dict] = field(default_factory=list)  # every evaluation: {"step": ..., **metrics}
 
@@ -63,7 +64,13 @@ class RunState:
     def best(self) -> dict | None:
         return next((h for h in self.history if h["step"] == self.best_step), None)
 
-    def choose_best(self, metric: str, higher_is_better: bool, margin: float = 0.0) -> None:
+    def choose_best(
+        self,
+        metric: str,
+        higher_is_better: bool,
+        margin: float = 0.0,
+        tiebreak: Callable[[dict], float] | None = None,
+    ) -> None:
         """best_value, best_step and evals_since_best from the history by `metric`, replayed through `offer`,
         so that a resumed run keeps the best/ the loop would have kept by this version's rule."""
         scored = [h for h in self.history if isinstance(h.get(metric), int | float)]
@@ -71,25 +78,49 @@ class RunState:
             return
         self.best_value, self.best_step, self.evals_since_best = None, None, 0
         for h in scored:
-            self.offer(h["step"], h[metric], higher_is_better, margin)
+            self.offer(h, metric, higher_is_better, margin, tiebreak)
         self.evals_since_best = sum(h["step"] > self.best_step for h in self.history)
 
-    def offer(self, step: int, value: float, higher_is_better: bool, margin: float) -> bool:
-        """Whether the evaluation at `step` takes best/: a new best does, and so does one that trails the
-        best value so far by less than `margin` (0: only a new best). best_value stays the best seen, so a
-        run of small declines cannot walk best/ downhill. Why a margin: late in a run the held-out metric is
-        flat within its sampling noise, and among evaluations it cannot tell apart the later one has
-        trained longer at a lower learning rate."""
+    def offer(
+        self,
+        evaluation: dict,
+        metric: str,
+        higher_is_better: bool,
+        margin: float,
+        tiebreak: Callable[[dict], float] | None = None,
+    ) -> str | None:
+        """Whether `evaluation` (a history record: its step and metrics) takes best/, and why (None: it does
+        not; the reason is kept in `best_reason`).
+
+        A new best by `metric` takes it. So does a tie or near-tie, trailing the best value so far by no more
+        than `margin`: with a `tiebreak` (a held-out loss, lower is better), when it is lower than that of the
+        evaluation best/ holds; without one, when it trails by less than `margin`. best_value stays the best
+        seen, so a run of small declines cannot walk best/ downhill. Why: late in a run the metric is flat
+        within its sampling noise (and on a memorised corpus it sits at 1.0), and among evaluations it cannot
+        tell apart, the later one with the lower loss has learnt more (the next-sentence head included)."""
+        step, value = evaluation["step"], evaluation[metric]
         sign = 1.0 if higher_is_better else -1.0
-        new_best = self.best_value is None or sign * (value - self.best_value) > 0
-        takes = new_best or sign * (value - self.best_value) > -margin
-        if new_best:
+        gap = None if self.best_value is None else sign * (value - self.best_value)
+        reason = None
+        if gap is None or gap > 0:
+            reason = f"the best held-out {metric} so far ({value:.4f})"
+        elif tiebreak is not None and gap >= -margin:
+            held, ours = self.best(), tiebreak(evaluation)
+            if held is not None and ours < tiebreak(held):
+                near = "ties" if gap == 0 else f"is within best_margin {margin:g} of"
+                reason = (
+                    f"held-out {metric} {value:.4f} {near} the best ({self.best_value:.4f}) and its held-out "
+                    f"loss is lower than step {held['step']}'s ({ours:.4f} < {tiebreak(held):.4f})"
+                )
+        elif tiebreak is None and gap > -margin:
+            reason = f"held-out {metric} {value:.4f} is within best_margin {margin:g} of the best"
+        if gap is None or gap > 0:
             self.best_value = value
-        if takes:
-            self.best_step, self.evals_since_best = step, 0
+        if reason is not None:
+            self.best_step, self.best_reason, self.evals_since_best = step, reason, 0
         else:
             self.evals_since_best += 1
-        return takes
+        return reason
 
 
 @dataclass
@@ -141,6 +172,7 @@ class Job:
     metric: str = "mlm_accuracy"
     higher_is_better: bool = True
     best_margin: float = 0.0  # an evaluation this close to the best so far takes best/ too (RunState.offer)
+    tiebreak: Callable[[dict], float] | None = None  # a held-out loss that settles ties and near-ties
     eval_split: str = "valid"  # the `split` of evaluation records in metrics.jsonl
     divergence_hint: str = "lower learning_rate (--set learning_rate=...) and resume or restart"
     saved: tuple[Path, int] | None = None  # the last good checkpoint, named when training diverges
@@ -186,7 +218,7 @@ class SignalRecorder:
 def fit(job: Job, plan: Plan, run: RunState, log: RunLog) -> Outcome:
     """Train until the plan, --stop-after, a signal or early stopping ends the run; then finish it: a final
     evaluation if the last step had none, and a resumable last/ (saved at once after a signal)."""
-    run.choose_best(job.metric, job.higher_is_better, job.best_margin)
+    run.choose_best(job.metric, job.higher_is_better, job.best_margin, job.tiebreak)
     loop = _Loop(job, plan, run, log)
     job.model.train()  # a resumed model was loaded in eval mode: dropout back on
     # From here to the end of the run, SIGINT / SIGTERM are only recorded: they end the run at the next step
@@ -350,7 +382,9 @@ class _Loop:
         self.log.say(
             f"{job.eval_split} step {run.step}: " + "  ".join(f"{k} {_fmt(v)}" for k, v in metrics.items())
         )
-        if run.offer(run.step, value, job.higher_is_better, job.best_margin):
+        reason = run.offer(run.history[-1], job.metric, job.higher_is_better, job.best_margin, job.tiebreak)
+        if reason is not None:
+            self.log.say(f"best/ is step {run.step}: {reason}")
             self.save("best")
         self.last_metrics = metrics
         return metrics
@@ -495,6 +529,7 @@ def run_summary(run: RunState, outcome: Outcome, wall_start: float, model: nn.Mo
     return {
         "final": {"step": run.step, **outcome.final},
         "best": run.best(),
+        "best_reason": run.best_reason,  # why best/ holds that step
         "stop_reason": outcome.stop_reason,
         "stopped_by_signal": outcome.signal,  # a stopped run is no finished one: the CLI exits 128 + this
         "steps": run.step,

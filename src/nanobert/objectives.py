@@ -75,6 +75,7 @@ class Objective:
     loss: Callable[[torch.nn.Module, dict], dict[str, torch.Tensor]]
     metric: str  # the held-out metric that picks best/
     higher_is_better: bool
+    tiebreak: Callable[[dict[str, float]], float] | None  # the held-out loss that settles ties of `metric`
     metric_keys: tuple[str, ...]  # what `metrics` returns
     metrics: Callable[..., dict[str, float]]  # (model, held-out batches, device, autocast dtype)
     held_out: Callable[..., list[dict[str, torch.Tensor]]]  # (documents, seq_len, batch, vocab, eval_seed)
@@ -121,6 +122,12 @@ def mlm_nsp_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict
     out = model(**batch, return_logits=False)  # the loss in chunks, without the (N, V) logits
     mlm, nsp = out.mlm_loss * share[0], out.nsp_loss * share[1]
     return {"loss": mlm + nsp, "mlm_loss": mlm, "nsp_loss": nsp}
+
+
+def mlm_nsp_held_out_loss(metrics: dict[str, float]) -> float:
+    """Both heads' held-out losses: among evaluations of equal MLM accuracy, the lower has learnt more,
+    the next-sentence head included."""
+    return metrics["mlm_loss"] + metrics["nsp_loss"]
 
 
 def mlm_nsp_held_out(
@@ -185,6 +192,7 @@ MLM_NSP = Objective(
     loss=mlm_nsp_loss,
     metric="mlm_accuracy",
     higher_is_better=True,
+    tiebreak=mlm_nsp_held_out_loss,
     metric_keys=METRIC_KEYS,
     metrics=mlm_nsp_metrics,
     held_out=mlm_nsp_held_out,
@@ -238,6 +246,7 @@ CAUSAL = Objective(
     loss=causal_lm_loss,
     metric="lm_loss",
     higher_is_better=False,
+    tiebreak=None,  # the metric is a loss already
     metric_keys=CAUSAL_METRIC_KEYS,
     metrics=causal_lm_metrics,
     held_out=causal_held_out,
@@ -278,6 +287,7 @@ HYBRID = Objective(
     loss=hybrid_loss,
     metric="loss",  # the masked and next-word held-out losses, summed: best/ serves both
     higher_is_better=False,
+    tiebreak=None,
     metric_keys=HYBRID_METRIC_KEYS,
     metrics=hybrid_metrics,
     held_out=hybrid_held_out,

@@ -373,6 +373,7 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
         metric=objective.metric,
         higher_is_better=objective.higher_is_better,
         best_margin=cfg.best_margin,
+        tiebreak=objective.tiebreak,
         saved=(s.resume, run.step) if s.resume is not None else None,
         on_progress=s.stream.set_progress,
     )
@@ -450,6 +451,8 @@ def _finish(
         f"nanobert: {outcome.stop_reason} at step {run.step} in {run.train_time:.0f} s "
         f"({summary['tokens_per_s']:,.0f} tokens/s); outputs in {s.out_dir}"
     )
+    if run.best_step is not None:
+        log.say(f"nanobert: best/ is step {run.best_step}: {run.best_reason}")
     if outcome.signalled:
         log.say(f"nanobert: resume with: nanobert pretrain --resume {s.out_dir / 'last'}")
     return summary
