@@ -61,9 +61,15 @@ from nanobert.evaluate import (
 )
 from nanobert.hybrid import hybrid_held_out
 from nanobert.inference import load
-from nanobert.model import IGNORE_INDEX
 from nanobert.scoring import scoring_precision
-from nanobert.tokenizer import CLS_ID, NUM_SPECIAL_TOKENS, SEP_ID, encode_documents, load_tokenizer
+from nanobert.tokenizer import (
+    CLS_ID,
+    IGNORE_INDEX,
+    NUM_SPECIAL_TOKENS,
+    SEP_ID,
+    encode_documents,
+    load_tokenizer,
+)
 
 PLACES = ("first word", "middle", "last word")
 SENTENCE_END = {".", "!", "?"}

@@ -16,8 +16,7 @@ from nanobert.config import FinetuneConfig
 from nanobert.errors import NanobertError
 from nanobert.finetune import build_classifier
 from nanobert.finetune_data import Encoded, TaskSpec, load_split
-from nanobert.model import IGNORE_INDEX
-from nanobert.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, load_tokenizer
+from nanobert.tokenizer import CLS_ID, IGNORE_INDEX, MASK_ID, PAD_ID, SEP_ID, load_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -13,8 +13,9 @@ from helpers import TINY_SET, write_corpus
 import nanobert
 from nanobert.cli import main
 from nanobert.model import BertForPreTraining
-from nanobert.pretraining_data import IGNORE_INDEX, Instance, MaskingCollator
+from nanobert.pretraining_data import Instance, MaskingCollator
 from nanobert.streams import shard_batch
+from nanobert.tokenizer import IGNORE_INDEX
 
 NO_DROPOUT = ["hidden_dropout_prob=0", "attention_probs_dropout_prob=0"]
 

@@ -9,7 +9,8 @@ from helpers import train_tiny_checkpoint, write_corpus
 
 from nanobert.errors import NanobertError
 from nanobert.evaluate import EVAL_MASK_PROB, evaluate_checkpoint, evaluate_model, prepare_eval_batches
-from nanobert.model import IGNORE_INDEX, BertForPreTraining
+from nanobert.model import BertForPreTraining
+from nanobert.tokenizer import IGNORE_INDEX
 
 DOCS = [[[5 + (d * 11 + s * 3 + t) % 90 for t in range(4 + s % 5)] for s in range(7)] for d in range(6)]
 

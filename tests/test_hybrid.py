@@ -13,10 +13,10 @@ from nanobert.cli import main
 from nanobert.config import ModelConfig, TrainConfig
 from nanobert.errors import NanobertError
 from nanobert.hybrid import HybridCollator, hybrid_held_out, hybrid_loss, shift_labels
-from nanobert.model import IGNORE_INDEX, BertForHybridLM
+from nanobert.model import BertForHybridLM
 from nanobert.objectives import OBJECTIVES
 from nanobert.pretraining_data import MaskingCollator
-from nanobert.tokenizer import CLS_ID, MASK_ID, NUM_SPECIAL_TOKENS
+from nanobert.tokenizer import CLS_ID, IGNORE_INDEX, MASK_ID, NUM_SPECIAL_TOKENS
 
 VOCAB = TINY_MODEL["vocab_size"]
 WINDOWS = [[CLS_ID, *range(NUM_SPECIAL_TOKENS + r, NUM_SPECIAL_TOKENS + r + 20)] for r in range(5)]

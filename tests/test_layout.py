@@ -1,7 +1,8 @@
 """The house rules of src/nanobert, checked: floors, late imports, sizes.
 
 Every module sits on a floor and imports only from floors below it (imports inside functions count too), so
-there is no import circle and a newcomer knows where a change belongs (README, "How the code is laid out").
+there is no import circle and a newcomer knows where a change belongs (docs/code-layout.md, whose floor table
+is checked against FLOORS here).
 Imports inside functions are for optional third-party packages only, and for the CLI's start-up speed.
 No function is longer than ~80 lines, no CLI command longer than ~30, and the two jobs stay well under 500.
 """
@@ -25,43 +26,44 @@ FLOORS = {
     "metrics": 1,
     "optim": 1,
     "reference": 1,
-    "tokenizer": 1,
+    "tokenizer": 1,  # the special ids and IGNORE_INDEX, the labels' "nothing to predict"
     "corpus": 1,
-    "model": 2,  # the one model file
+    # 2: data built on the tokenizer's ids (never on the model)
+    "pretraining_data": 2,
+    "qa_data": 2,
+    "finetune_data": 2,
     "run_log": 2,  # metrics.jsonl, progress and summary.json as a run writes them (over run_files)
-    # 3: data and checkpoints built on the model's conventions
-    "pretraining_data": 3,
-    "qa_data": 3,
-    "finetune_data": 3,
-    "checkpoint": 3,
-    "explain": 3,
-    # 4: streams of batches, prepared corpora, the training loop
-    "prepare": 4,
-    "streams": 4,
-    "engine": 4,
-    "scoring": 4,  # sentence (pseudo-)log-likelihoods of either language model
-    "held_out": 4,  # the held-out protocol: each objective's fixed batches and metrics
-    "hybrid": 5,  # the hybrid objective's batches, loss and held-out metrics (GPT-BERT)
-    # 5-6: where the data comes from; using, evaluating and exporting checkpoints
-    "sources": 5,
-    "inference": 5,
-    "task_inference": 5,  # a fine-tuned classifier's outputs and labels (predict, the page's label panel)
-    "qa_inference": 6,  # a fine-tuned QA model's answers (answer, predict, the page's answer panel)
-    "hf_export": 5,
-    "blimp": 6,  # the BLiMP yardstick: minimal pairs scored with `scoring`
-    "objectives": 7,  # one record per pretraining objective: everything that differs between them
-    "depth": 8,  # the first run's depth, by the passes its plan gives (timed on this machine)
-    "evaluate": 8,  # a model's or a checkpoint's held-out metrics, by its objective
-    "tuning": 7,  # what every fine-tuning job shares: the encoder, epochs with a dev evaluation, best/
-    "adapt": 8,  # task-adaptive masked-LM before fine-tuning, on the shared loop and tuning's encoder copy
-    # 9: the jobs
-    "train": 9,
-    "finetune": 9,
-    "qa": 9,
-    "serve": 10,  # the browser page, over the inference side's library calls (never a job's)
-    "cli": 11,  # the command line on top
-    "__main__": 12,
-    "__init__": 12,  # lazy re-exports (importlib), imported by nobody inside the package
+    "model": 3,  # the one model file
+    # 4: checkpoints and the trace of a forward pass, built on the model
+    "checkpoint": 4,
+    "explain": 4,
+    # 5: streams of batches, prepared corpora, the training loop
+    "prepare": 5,
+    "streams": 5,
+    "engine": 5,
+    "scoring": 5,  # sentence (pseudo-)log-likelihoods of either language model
+    "held_out": 5,  # the held-out protocol: each objective's fixed batches and metrics
+    "hybrid": 6,  # the hybrid objective's batches, loss and held-out metrics (GPT-BERT)
+    # 6-7: where the data comes from; using, evaluating and exporting checkpoints
+    "sources": 6,
+    "inference": 6,
+    "task_inference": 6,  # a fine-tuned classifier's outputs and labels (predict, the page's label panel)
+    "qa_inference": 7,  # a fine-tuned QA model's answers (answer, predict, the page's answer panel)
+    "hf_export": 6,
+    "blimp": 7,  # the BLiMP yardstick: minimal pairs scored with `scoring`
+    "objectives": 8,  # one record per pretraining objective: everything that differs between them
+    "depth": 9,  # the first run's depth, by the passes its plan gives (timed on this machine)
+    "evaluate": 9,  # a model's or a checkpoint's held-out metrics, by its objective
+    "tuning": 8,  # what every fine-tuning job shares: the encoder, epochs with a dev evaluation, best/
+    "adapt": 9,  # task-adaptive masked-LM before fine-tuning, on the shared loop and tuning's encoder copy
+    # 10: the jobs
+    "train": 10,
+    "finetune": 10,
+    "qa": 10,
+    "serve": 11,  # the browser page, over the inference side's library calls (never a job's)
+    "cli": 12,  # the command line on top
+    "__main__": 13,
+    "__init__": 13,  # lazy re-exports (importlib), imported by nobody inside the package
 }
 # Optional packages, imported inside the function that needs them (starlette comes with fastapi).
 OPTIONAL = {"datasets", "transformers", "matplotlib", "fastapi", "starlette", "uvicorn"}
@@ -97,7 +99,7 @@ def imports(tree: ast.Module) -> list[tuple[str, bool, int]]:
 
 
 def test_every_module_has_a_floor():
-    assert set(modules()) == set(FLOORS), "add the new module to FLOORS (and to the README's layout)"
+    assert set(modules()) == set(FLOORS), "add the new module to FLOORS (and to docs/code-layout.md)"
 
 
 def test_modules_import_only_from_lower_floors():
@@ -109,6 +111,41 @@ def test_modules_import_only_from_lower_floors():
                 if FLOORS[dep] >= FLOORS[name]:
                     upward.append(f"{name}.py:{line} imports {dep} (floor {FLOORS[dep]} >= {FLOORS[name]})")
     assert not upward, "\n".join(upward)
+
+
+# The data side: text, tokens and batches. It speaks in token ids and IGNORE_INDEX (tokenizer.py), never in
+# the model's terms, so the data code can be read, tested and reused without a model.
+DATA_MODULES = {
+    "corpus",
+    "tokenizer",
+    "tabular",
+    "pretraining_data",
+    "finetune_data",
+    "qa_data",
+    "streams",
+    "prepare",
+    "sources",
+}
+
+
+def test_data_modules_do_not_import_the_model():
+    trees = modules()
+    assert DATA_MODULES <= set(trees)
+    offenders = [
+        f"{name}.py:{line} imports model"
+        for name in sorted(DATA_MODULES)
+        for target, _, line in imports(trees[name])
+        if target == "nanobert.model"
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_nothing_below_the_model_floor_reaches_the_model():
+    """Not even through another module: everything under the model is usable without it."""
+    trees = modules()
+    below = [name for name in trees if FLOORS[name] < FLOORS["model"]]
+    assert {"pretraining_data", "finetune_data", "qa_data", "tokenizer"} <= set(below)
+    assert [name for name in below if "model" in transitive_imports(name, trees)] == []
 
 
 # The training side: what a job runs. The page only answers with a trained model, so it loads none of it.

@@ -18,8 +18,14 @@ from nanobert.config import TrainConfig
 from nanobert.corpus import read_text_file
 from nanobert.errors import NanobertError
 from nanobert.prepare import PreparedCorpus, WindowedInstances, iter_documents, prepare_corpus
-from nanobert.pretraining_data import IGNORE_INDEX, NUM_SPECIAL_TOKENS, MaskingCollator, create_instances
-from nanobert.tokenizer import encode_documents, save_tokenizer, train_tokenizer
+from nanobert.pretraining_data import MaskingCollator, create_instances
+from nanobert.tokenizer import (
+    IGNORE_INDEX,
+    NUM_SPECIAL_TOKENS,
+    encode_documents,
+    save_tokenizer,
+    train_tokenizer,
+)
 
 SLOW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from nanobert.device import autocast, evaluating
 from nanobert.errors import NanobertError
-from nanobert.model import IGNORE_INDEX, BertForPreTraining, BertLMHeadModel
+from nanobert.model import BertForPreTraining, BertLMHeadModel
 from nanobert.pretraining_data import (
     CausalCollator,
     Instance,
@@ -28,6 +28,7 @@ from nanobert.pretraining_data import (
     causal_windows,
     create_instances,
 )
+from nanobert.tokenizer import IGNORE_INDEX
 
 METRIC_KEYS = ("mlm_loss", "mlm_accuracy", "mlm_perplexity", "nsp_loss", "nsp_accuracy")
 CAUSAL_METRIC_KEYS = ("lm_loss", "lm_accuracy", "lm_perplexity")

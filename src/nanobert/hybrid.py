@@ -23,8 +23,9 @@ import torch.nn.functional as F
 
 from nanobert.errors import NanobertError
 from nanobert.held_out import EVAL_MASK_PROB, Scored, perplexity, tallied
-from nanobert.model import IGNORE_INDEX, BertForHybridLM
+from nanobert.model import BertForHybridLM
 from nanobert.pretraining_data import CausalCollator, Instance, MaskingCollator, causal_windows
+from nanobert.tokenizer import IGNORE_INDEX
 
 HYBRID_METRIC_KEYS = (
     "loss",  # mlm_loss + lm_loss: what picks best/

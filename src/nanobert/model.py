@@ -27,8 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nanobert.config import ModelConfig
-
-IGNORE_INDEX = -100  # Hugging Face's "no label here" value for MLM labels (never used for NSP labels)
+from nanobert.tokenizer import IGNORE_INDEX
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -745,7 +744,6 @@ class BertForQuestionAnswering(BertPreTrainedModel):
 
 
 __all__ = [
-    "IGNORE_INDEX",
     "BertForHybridLM",
     "BertForPreTraining",
     "BertForQuestionAnswering",

@@ -41,7 +41,6 @@ from nanobert.hybrid import (
     hybrid_metrics,
     masked_batch,
 )
-from nanobert.model import IGNORE_INDEX
 from nanobert.prepare import (
     PreparedSplit,
     WindowedInstances,
@@ -61,7 +60,7 @@ from nanobert.streams import (
     check_nsp_corpus,
     nsp_corpus_batches,
 )
-from nanobert.tokenizer import CLS_ID, MASK_ID, NUM_SPECIAL_TOKENS
+from nanobert.tokenizer import CLS_ID, IGNORE_INDEX, MASK_ID, NUM_SPECIAL_TOKENS
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,18 @@ from typing import Any
 import torch
 
 from nanobert.errors import NanobertError
-from nanobert.model import IGNORE_INDEX
-from nanobert.tokenizer import CLS_ID, MASK_ID, NUM_SPECIAL_TOKENS, PAD_ID, SEP_ID, UNK_ID, pad
+from nanobert.tokenizer import (
+    CLS_ID,
+    IGNORE_INDEX,
+    MASK_ID,
+    NUM_SPECIAL_TOKENS,
+    PAD_ID,
+    SEP_ID,
+    UNK_ID,
+    pad,
+)
 
 __all__ = [
-    "IGNORE_INDEX",
     "CausalCollator",
     "Documents",
     "Instance",

@@ -21,7 +21,6 @@ import torch
 from nanobert.config import TrainConfig
 from nanobert.errors import NanobertError
 from nanobert.pretraining_data import (
-    IGNORE_INDEX,
     Instance,
     batches,
     causal_batches,
@@ -31,6 +30,7 @@ from nanobert.pretraining_data import (
     query_layout,
     require_causal_window,
 )
+from nanobert.tokenizer import IGNORE_INDEX
 
 MLM_POSITIONS_MULTIPLE = 64  # masked-position count padded to this, so compiled shapes stay few
 QUERY_WIDTH_MULTIPLE = 8  # the last layer's queries per row, likewise ([CLS] + ~15% of 128 = ~20)

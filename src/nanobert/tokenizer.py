@@ -7,7 +7,9 @@ transformers' `BertTokenizer` builds (`models/bert/tokenization_bert.py`), so a 
 `transformers.BertTokenizerFast.from_pretrained` and gives the same ids.
 
 The five special tokens always take ids 0..4 in the order of `SPECIAL_TOKENS`; the model and the data code
-rely on these numbers through `ModelConfig`, never on a lookup that could reorder them.
+rely on these numbers through `ModelConfig`, never on a lookup that could reorder them. Beside them,
+`IGNORE_INDEX` (-100) marks a label with nothing to predict: the data code writes it, the model's losses
+skip it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ __all__ = [
     "check_tokenizer_options",
     "CLS_ID",
     "DEFAULT_VOCAB_SIZE",
+    "IGNORE_INDEX",
     "MASK_ID",
     "MIN_VOCAB_SIZE",
     "NUM_SPECIAL_TOKENS",
@@ -51,6 +54,9 @@ __all__ = [
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 1, 2, 3, 4
 NUM_SPECIAL_TOKENS = 5
+# Not a token: the label of a position with nothing to predict (an unmasked or padded one), Hugging Face's
+# value and torch's `ignore_index` default. Only token labels use it, never next-sentence labels.
+IGNORE_INDEX = -100
 
 # WikiText-2 has about 33k distinct words in 2M tokens; 8192 WordPieces keeps most frequent words whole
 # while every piece is still seen often enough to learn, and it is the size the project's reported runs
