@@ -123,18 +123,18 @@ def test_the_cpu_dropout_mask_syncs_which_is_why_the_dry_run_turns_dropout_off(t
 
 
 def test_a_gpu_computes_the_vocabulary_loss_in_one_chunk_and_gets_the_same_numbers(monkeypatch):
-    from nanobert import model as model_module
+    from nanobert import fast
 
-    assert model_module.loss_chunk_rows(torch.device("cpu")) == model_module.LOSS_CHUNK_ROWS
-    assert model_module.loss_chunk_rows(torch.device("cuda")) == model_module.GPU_LOSS_CHUNK_ROWS >= 5000
+    assert fast.loss_chunk_rows(torch.device("cpu")) == fast.LOSS_CHUNK_ROWS
+    assert fast.loss_chunk_rows(torch.device("cuda")) == fast.GPU_LOSS_CHUNK_ROWS >= 5000
     h = torch.randn(300, 16, requires_grad=True)
     weight, bias = torch.randn(53, 16, requires_grad=True), torch.randn(53, requires_grad=True)
     target = torch.randint(0, 53, (300,))
     target[::3] = -100
     results = []
-    for rows in (model_module.LOSS_CHUNK_ROWS, model_module.GPU_LOSS_CHUNK_ROWS):  # 3 chunks, then 1
-        monkeypatch.setattr(model_module, "loss_chunk_rows", lambda device, rows=rows: rows)
-        loss = model_module.linear_cross_entropy(h, weight, bias, target)
+    for rows in (fast.LOSS_CHUNK_ROWS, fast.GPU_LOSS_CHUNK_ROWS):  # 3 chunks, then 1
+        monkeypatch.setattr(fast, "loss_chunk_rows", lambda device, rows=rows: rows)
+        loss = fast.linear_cross_entropy(h, weight, bias, target)
         results.append((loss, *torch.autograd.grad(loss, (h, weight, bias))))
     for many, one in zip(*results, strict=True):
         torch.testing.assert_close(one, many)
