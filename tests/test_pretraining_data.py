@@ -21,6 +21,7 @@ from nanobert.pretraining_data import (
     batches,
     create_instances,
     masked_positions,
+    nsp_epoch_batches,
     query_layout,
 )
 
@@ -389,6 +390,23 @@ def test_bucketing_reduces_padding():
     plain = batches(instances, 8, seed=0, epoch=0)
     bucketed = batches(instances, 8, seed=0, epoch=0, bucket=True)
     assert padded_tokens(bucketed) < 0.9 * padded_tokens(plain)
+
+
+@pytest.mark.parametrize("bucket", [False, True])
+def test_an_epoch_holds_each_of_its_dupe_factor_instance_sets_once(bucket):
+    """Epoch e of dupe_factor d: `create_instances`' epochs e*d .. e*d + d - 1, every instance once, batched;
+    the same arguments give the same batches, another epoch other ones."""
+    documents, _ = make_corpus([5] * 4, (1, 6), seed=2)
+    groups = nsp_epoch_batches(
+        documents, 24, 5, seed=3, epoch=2, dupe_factor=3, short_seq_prob=0.3, bucket=bucket
+    )
+    sets = [create_instances(documents, 24, seed=3, epoch=e, short_seq_prob=0.3) for e in (6, 7, 8)]
+    key = lambda x: (x.input_ids, x.token_type_ids, x.next_sentence_label)  # noqa: E731
+    assert sorted(key(x) for g in groups for x in g) == sorted(key(x) for s in sets for x in s)
+    sizes = sorted(map(len, groups), reverse=True)  # bucketed batches come in shuffled order
+    assert sizes[:-1] == [5] * (len(sizes) - 1) and 0 < sizes[-1] <= 5
+    assert groups == nsp_epoch_batches(documents, 24, 5, 3, 2, 3, 0.3, bucket)
+    assert groups != nsp_epoch_batches(documents, 24, 5, 3, 1, 3, 0.3, bucket)
 
 
 def test_batch_size_must_be_positive():

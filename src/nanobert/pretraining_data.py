@@ -47,6 +47,7 @@ __all__ = [
     "create_instances",
     "masked_positions",
     "nsp_documents",
+    "nsp_epoch_batches",
     "query_layout",
     "require_causal_window",
     "unigram_log_probs",
@@ -244,6 +245,29 @@ def batches(
     if bucket:
         rng.shuffle(groups)
     return [[instances[j] for j in group] for group in groups]
+
+
+def nsp_epoch_batches(
+    documents: Documents,
+    max_seq_len: int,
+    batch_size: int,
+    seed: int,
+    epoch: int,
+    dupe_factor: int = 1,
+    short_seq_prob: float = 0.1,
+    bucket: bool = False,
+) -> list[list[Instance]]:
+    """Epoch `epoch` of NSP training batches: `dupe_factor` instance sets (google's dupe_factor: each pairs
+    and splits the documents afresh; set d of epoch e is `create_instances`' epoch e * dupe_factor + d), then
+    shuffled and grouped by `batches`. A pure function of its arguments; what a training run walks."""
+    instances = [
+        instance
+        for dupe in range(dupe_factor)
+        for instance in create_instances(
+            documents, max_seq_len, seed, epoch * dupe_factor + dupe, short_seq_prob=short_seq_prob
+        )
+    ]
+    return batches(instances, batch_size, seed, epoch, bucket=bucket)
 
 
 def masked_positions(labels: torch.Tensor, multiple: int = 1) -> torch.Tensor:

@@ -22,11 +22,10 @@ from nanobert.config import TrainConfig
 from nanobert.errors import NanobertError
 from nanobert.pretraining_data import (
     Instance,
-    batches,
     causal_batches,
     causal_stream_tokens,
-    create_instances,
     nsp_documents,
+    nsp_epoch_batches,
     query_layout,
     require_causal_window,
 )
@@ -40,18 +39,8 @@ def nsp_corpus_batches(
     tokenized: list[list[list[int]]], cfg: TrainConfig, seq_len: int, batch_size: int, epoch: int
 ) -> list[list[Instance]]:
     """An in-memory corpus's epoch of NSP instances (google's algorithm, `dupe_factor` sets), batched."""
-    instances = [
-        inst
-        for dupe in range(cfg.dupe_factor)  # each set pairs and splits the documents afresh
-        for inst in create_instances(
-            tokenized,
-            seq_len,
-            seed=cfg.seed,
-            epoch=epoch * cfg.dupe_factor + dupe,
-            short_seq_prob=cfg.short_seq_prob,
-        )
-    ]
-    return batches(instances, batch_size, seed=cfg.seed, epoch=epoch, bucket=cfg.bucket_by_length)
+    seed, dupes, short, bucket = cfg.seed, cfg.dupe_factor, cfg.short_seq_prob, cfg.bucket_by_length
+    return nsp_epoch_batches(tokenized, seq_len, batch_size, seed, epoch, dupes, short, bucket)
 
 
 def check_nsp_corpus(tokenized: list[list[list[int]]], cfg: TrainConfig) -> None:
