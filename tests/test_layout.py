@@ -8,11 +8,15 @@ No function is longer than ~80 lines, no CLI command longer than ~30, and the tw
 """
 
 import ast
+import re
+import shlex
 from pathlib import Path
 
 import nanobert
+from nanobert.cli import build_parser
 
 SRC = Path(nanobert.__file__).parent
+PAGE = Path(__file__).parents[1] / "docs" / "code-layout.md"  # the floors as users read them
 
 FLOORS = {
     "errors": 0,  # the one user-facing exception
@@ -147,6 +151,36 @@ def test_nothing_below_the_model_floor_reaches_the_model():
     below = [name for name in trees if FLOORS[name] < FLOORS["model"]]
     assert {"pretraining_data", "finetune_data", "qa_data", "tokenizer", "fast"} <= set(below)
     assert [name for name in below if "model" in transitive_imports(name, trees)] == []
+
+
+def page_floors() -> dict[str, int]:
+    """{module: floor} from the page's floor table, whose rows read `| floor | `a.py`, `b.py` | what |`."""
+    floors: dict[str, int] = {}
+    for line in PAGE.read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[0].isdigit():
+            for name in re.findall(r"`(\w+)\.py`", cells[1]):
+                assert name not in floors, f"docs/code-layout.md lists {name}.py twice"
+                floors[name] = int(cells[0])
+    return floors
+
+
+def test_the_layout_page_lists_every_module_on_its_floor():
+    assert page_floors() == FLOORS
+
+
+def test_the_layout_page_speaks_to_users_in_commands_that_run():
+    text = PAGE.read_text()
+    assert not re.search(r"\b(issue|stop|round) \d+|\.\./shared", text, re.IGNORECASE)
+    blocks = re.findall(r"```\w*\n(.*?)```", text, re.DOTALL)  # the commands are in code blocks
+    lines = [line.strip() for block in blocks for line in block.splitlines()]
+    commands = [line for line in lines if line.startswith("nanobert ")]
+    scripts = [line.split()[1] for line in lines if line.startswith("python ")]
+    assert commands and scripts
+    for command in commands:
+        build_parser().parse_args(shlex.split(command)[1:])  # an unknown option or command raises
+    for script in scripts:
+        assert (PAGE.parents[1] / script).is_file(), script
 
 
 # The training side: what a job runs. The page only answers with a trained model, so it loads none of it.
