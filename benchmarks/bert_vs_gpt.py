@@ -306,9 +306,10 @@ def blimp_markdown(scores: dict) -> str:
 
 
 def markdown(result: dict) -> str:
-    """The table README.md shows ("BERT and GPT on the same stack"): accuracy at the same positions, all and
-    by place (the best model's in bold), then each model's own held-out perplexities (masked tokens on its
-    own inputs; next words on the same windows for GPT and the hybrid) and, where run, SST-2 dev accuracy."""
+    """The table this script prints (its records keep it: benchmarks/records): accuracy at the same positions,
+    all and by place (the best model's in bold), then each model's own held-out perplexities (masked tokens on
+    its own inputs; next words on the same windows for GPT and the hybrid) and, where run, SST-2 dev
+    accuracy."""
     s, own, sst2 = result["same_positions"], result["own"], result.get("sst2", {})
     keys = [key for key in MODELS if key in s]  # results from before the hybrid have two
     lines = [
