@@ -477,16 +477,3 @@ def test_causal_collator_labels_are_the_inputs():
     assert batch["input_ids"].tolist() == [[CLS, 7, 8, 9, 10, 0, 0, 0], [CLS, 11, SEP, 0, 0, 0, 0, 0]]
     assert batch["labels"].tolist() == [[-100, 7, 8, 9, 10, -100, -100, -100], [-100, 11, SEP] + [-100] * 5]
     assert batch["attention_mask"].sum().item() == 8 and batch["token_type_ids"].abs().sum() == 0
-
-
-def test_unigram_log_probs_are_smoothed_log_frequencies():
-    from nanobert.pretraining_data import unigram_log_probs
-
-    documents = [[[7, 7, 8], [7]], [[9, 7]]]  # token 7 four times, 8 and 9 once: 6 tokens
-    logp = unigram_log_probs(documents, vocab_size=11, smoothing=0.5)
-    total = 6 + 0.5 * 11
-    assert logp.shape == (11,) and logp.dtype == torch.float32
-    assert logp[7].item() == pytest.approx(math.log(4.5 / total))
-    assert logp[8].item() == pytest.approx(math.log(1.5 / total)) == pytest.approx(logp[9].item())
-    assert logp[0].item() == pytest.approx(math.log(0.5 / total))  # never seen, still finite
-    assert logp.exp().sum().item() == pytest.approx(1.0)

@@ -411,27 +411,3 @@ def test_depth_follows_the_passes_the_plan_gives(tmp_path, capsys, monkeypatch):
     assert layers(timed) == 1 and len(said) == 1, said
     assert said[0].startswith("nanobert: depth 1 layers (auto: 2 layers would make ~4 steps in 2 s at 500 ms")
     assert "passes of" in said[0] and "below 1000 passes half the layers learn more" in said[0]
-
-
-def test_unigram_output_bias_starts_the_head_at_the_corpus_frequencies(tmp_path):
-    """output_bias_init=unigram: the vocabulary head's bias at step 0 is the training corpus's log unigram
-    frequencies (the masked-LM's answer with no context), on the depth the run chose; zeros is BERT's."""
-    from safetensors.torch import load_file
-
-    from nanobert.corpus import load_documents
-    from nanobert.pretraining_data import unigram_log_probs
-    from nanobert.tokenizer import encode_documents, load_tokenizer
-
-    settings = ("--set", "learning_rate=1e-12", "shallow_below_passes=1000")  # a step that moves nothing
-    assert pretrain(tmp_path, tmp_path / "zeros", "--max-steps", "1", *settings) == 0
-    tokenizer = ["--tokenizer", str(tmp_path / "zeros" / "last")]
-    uni = ("output_bias_init=unigram",)
-    assert pretrain(tmp_path, tmp_path / "uni", "--max-steps", "1", *tokenizer, *settings, *uni) == 0
-    bias = {
-        r: load_file(tmp_path / r / "last" / "model.safetensors")["mlm_head.bias"] for r in ["zeros", "uni"]
-    }
-    assert torch.count_nonzero(bias["zeros"]) == 0
-    docs = load_documents(tmp_path / "corpus.txt")  # all of it trains: the runs hold out valid.txt
-    tokenized = encode_documents(load_tokenizer(tmp_path / "zeros" / "last"), docs)
-    expected = unigram_log_probs(tokenized, bias["uni"].numel())
-    assert torch.allclose(bias["uni"], expected, atol=1e-4)

@@ -158,9 +158,6 @@ class TrainConfig:
     # best so far by this much or more (0: only a new best); about one standard error of the held-out accuracy
     # keeps best/ from landing early on a plateau by noise alone
     best_margin: float = 0.0
-    # "unigram": the vocabulary head's output bias starts at the training corpus's log unigram frequencies,
-    # the answer the frequent-words plateau spends its first steps learning; "zeros": BERT's init
-    output_bias_init: str = "zeros"
     # hardware
     device: str = "auto"
     precision: str = "auto"  # auto = bf16 on CUDA; on a CPU the faster of fp32 and bf16, timed
@@ -209,7 +206,6 @@ class TrainConfig:
                     "at least 1 (or None)",
                 ),
                 ("best_margin", 0.0 <= self.best_margin < 1.0, "in [0, 1)"),
-                ("output_bias_init", self.output_bias_init in ("zeros", "unigram"), "zeros or unigram"),
                 ("max_steps", self.max_steps is None or self.max_steps >= 1, "at least 1"),
                 ("epochs", self.epochs is None or 0 < self.epochs < math.inf, "positive and finite"),
                 (

@@ -50,7 +50,6 @@ __all__ = [
     "nsp_epoch_batches",
     "query_layout",
     "require_causal_window",
-    "unigram_log_probs",
     "word_start_table",
 ]
 
@@ -464,15 +463,6 @@ class MaskingCollator:
 
         u = torch.rand(B, T + 1, generator=self.generator).gather(1, word)  # (B, T)
         return chosen, u
-
-
-def unigram_log_probs(documents: Documents, vocab_size: int, smoothing: float = 0.5) -> torch.Tensor:
-    """(V,) log frequency of each token id in `documents`, add-`smoothing` so unseen ids stay finite.
-
-    What a masked-LM predicts with no context at all (masked targets are corpus tokens, never specials)."""
-    ids = [t for document in documents for sentence in document for t in sentence]
-    counts = torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=vocab_size).double()
-    return ((counts + smoothing) / (counts.sum() + smoothing * vocab_size)).log().float()
 
 
 def word_start_table(tokenizer: Any, vocab_size: int) -> torch.Tensor:

@@ -67,7 +67,6 @@ from nanobert.objectives import OBJECTIVES, Objective, objective_of
 from nanobert.optim import build_optimizer
 from nanobert.plots import plot_curves
 from nanobert.prepare import PreparedSplit
-from nanobert.pretraining_data import unigram_log_probs
 from nanobert.run_log import METRICS_NAME, RunLog, checkpoint_bytes, prepare_out_dir, write_summary
 from nanobert.sources import DataSources
 from nanobert.streams import BatchStream, CorpusInstances, feeder
@@ -187,8 +186,6 @@ def _setup(
     if resume_state is not None:
         _refuse_a_finished_run(resume, resume_state, _plan(cfg, stream, None))
     model, depth_note = (data.model, None) if resume else choose_depth(ctx, device, cfg, data.model, stream)
-    if data.output_bias is not None:
-        _set_output_bias(model, data.output_bias)
     if ctx.is_main and not in_place:
         prepare_out_dir(out_dir, overwrite, need=checkpoint_bytes(model, trainer_state=True))
     return _Setup(
@@ -215,7 +212,6 @@ class _Data(NamedTuple):
     counts: tuple[int, int]  # training documents and sentences
     held_out: list[list[list[int]]]
     note: str  # where the held-out split came from
-    output_bias: torch.Tensor | None = None  # the vocabulary head's initial bias (`output_bias_init`)
 
 
 def _data_and_model(
@@ -233,7 +229,6 @@ def _data_and_model(
     if prepared is not None and tokenizer_dir is not None:
         raise NanobertError("--tokenizer cannot be combined with --prepared: the prepared corpus holds one")
     documents = sources.documents() if prepared is None else None
-    output_bias = None
     if resume is not None:
         model, config = load_language_model(resume, map_location=device)
         tokenizer = checkpoint_tokenizer(resume, model, config)
@@ -252,13 +247,9 @@ def _data_and_model(
         train_docs, held_docs, note = documents
         # the objective's check of the corpus: it fails now (one document for NSP, too few tokens for one
         # next-word window), not at the first batch
-        tokenized = encode_documents(tokenizer, train_docs)
-        source = objective_of(cfg).source(tokenized, cfg)
-        if resume is None and cfg.output_bias_init == "unigram":
-            output_bias = unigram_log_probs(tokenized, model.config.vocab_size)
+        source = objective_of(cfg).source(encode_documents(tokenizer, train_docs), cfg)
         counts = (len(train_docs), sum(map(len, train_docs)))
-        held_out = encode_documents(tokenizer, held_docs)
-        return _Data(tokenizer, model, source, counts, held_out, note, output_bias)
+        return _Data(tokenizer, model, source, counts, encode_documents(tokenizer, held_docs), note)
     if tokenizer.get_vocab() != prepared.tokenizer().get_vocab():
         raise NanobertError(
             f"the checkpoint's tokenizer differs from the one in {sources.prepared}; "
@@ -296,13 +287,6 @@ def _new_model(model_config: ModelConfig, cfg: TrainConfig, vocab_size: int, dev
             f"{model_config.max_position_embeddings}"
         )
     return objective.model(model_config).to(device)
-
-
-@torch.no_grad()
-def _set_output_bias(model: torch.nn.Module, bias: torch.Tensor) -> None:
-    """Start the vocabulary head's bias at `bias` (`output_bias_init`)."""
-    head = model.mlm_head if hasattr(model, "mlm_head") else model.lm_head
-    head.bias.copy_(bias)
 
 
 def _plan(cfg: TrainConfig, stream: BatchStream, stop_after: int | None) -> Plan:
