@@ -325,8 +325,8 @@ def test_the_page_and_its_assets_answer_as_the_readme_says(server):
     )
 
 
-def test_the_readme_states_the_limits_the_page_enforces():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+def test_the_page_guide_states_the_limits_the_page_enforces():
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "page.md").read_text()
     for fact in [
         f"| request body | {MAX_BODY_BYTES >> 20} MiB |",
         f"| text length | {MAX_TEXT_CHARS:,} characters per text field |",
@@ -339,7 +339,7 @@ def test_the_readme_states_the_limits_the_page_enforces():
         f"idle keep-alive {KEEP_ALIVE_S} s",
         "404 for an unknown path (`/static/missing` too), 405 for a wrong method (`HEAD /` too",
     ]:
-        assert fact in readme, fact
+        assert fact in guide, fact
 
 
 def test_idle_and_slow_connections_are_closed(run, monkeypatch):
