@@ -1,0 +1,148 @@
+"""Every figure of benchmarks/RESULTS.md and of the README's "What you get" table is read from a record's raw
+file by benchmarks/build_results.py, and both pages are what the records build today
+(`python benchmarks/build_results.py` rewrites them after a record changes)."""
+
+import csv
+import importlib.util
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "benchmarks" / "build_results.py"
+
+
+@pytest.fixture(scope="module")
+def build():
+    """benchmarks/build_results.py as a module (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("build_results", BUILD)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def records(build):
+    return build.load_records()
+
+
+def readme_table(build) -> tuple[int, list[list[str]]]:
+    """(the line number where the built table ends, its body rows as cell texts) from README.md."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    start, end = lines.index(build.TABLE_START), lines.index(build.TABLE_END)
+    rows = [[c.strip() for c in line.strip().strip("|").split(" | ")] for line in lines[start + 3 : end]]
+    return end + 1, rows
+
+
+def raw_value(folder: Path, spec: dict) -> str:
+    """The raw value at a figure's address, read here with csv/json alone (not through the build script)."""
+    path = folder / spec["file"]
+    if path.suffix == ".csv":
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        want = spec["row"]
+        row = (
+            rows[want - 1]
+            if isinstance(want, int)
+            else next(r for r in rows if all(r[k] == str(v) for k, v in want.items()))
+        )
+        return row[spec["column"]].strip()
+    value = json.loads(
+        path.read_text().splitlines()[spec["line"] - 1] if path.suffix == ".jsonl" else path.read_text()
+    )
+    for part in spec["key"].split("."):
+        value = value[part]
+    return str(value)
+
+
+def test_the_records_cover_the_protocols_and_every_key_figure_resolves(build, records):
+    protocols = {"small", "default-scale", "throughput", "fine-tuning", "qa"}
+    assert {r.data["protocol"] for r in records} >= protocols
+    for record in records:
+        key = record.data["key"]
+        assert build.resolve(record, key) == raw_value(record.folder, key) != "", record.id
+
+
+def test_results_and_the_readme_table_are_what_the_records_build(build, records):
+    stale = build.stale_pages(records)
+    assert stale == [], f"out of date: {stale}; run python benchmarks/build_results.py"
+
+
+def test_every_figure_in_the_readme_table_comes_from_a_raw_file(build, records):
+    _, rows = readme_table(build)
+    built = build.what_you_get(records)
+    assert len(rows) == len(built) <= 6
+    figures = 0
+    for texts, (_row, cells) in zip(rows, built, strict=True):
+        assert len(texts) == len(cells)
+        for text, cell in zip(texts, cells, strict=True):
+            if cell.column.fmt == "label":
+                continue
+            if cell.spec is None:
+                assert text == build.EMPTY, f"{text!r} in the README's table has no raw file behind it"
+                continue
+            listed = {raw["file"] for raw in cell.record.data["raw"]}
+            assert cell.spec["file"] in listed and (cell.record.folder / cell.spec["file"]).is_file()
+            shown = build.show(
+                raw_value(cell.record.folder, cell.spec), cell.spec.get("format", cell.column.fmt)
+            )
+            assert text == shown, (
+                f"{cell.record.id}, {cell.column.key}: README says {text}, the raw file {shown}"
+            )
+            figures += 1
+    assert figures >= 2 * len(rows)
+
+
+def test_the_readme_answers_on_its_first_screen(build, records):
+    end, rows = readme_table(build)
+    assert end <= 60, "the 'What you get' table must end within the README's first 60 lines"
+    first_screen = "\n".join((ROOT / "README.md").read_text().splitlines()[:60])
+    machines = {cells[1] for cells in rows}
+    assert any("Xeon" in m for m in machines) and any("AMD" in m for m in machines)
+    assert "GPU" in first_screen and "not measured" in first_screen  # no GPU row without a measured figure
+
+
+def test_transcribed_records_say_so(records):
+    for record in records:
+        transcribed = [raw for raw in record.data["raw"] if "transcribed" in raw]
+        if transcribed:
+            assert "transcribed" in (record.folder / "README.md").read_text(), record.id
+
+
+def test_a_record_that_breaks_the_format_is_refused_by_name(build, records, tmp_path):
+    source = next(r for r in records if r.data.get("results"))
+    copy = tmp_path / "records" / source.id
+    shutil.copytree(source.folder, copy)
+    data = json.loads((copy / "record.json").read_text())
+
+    first = next(iter(data["results"][0]["cells"]))
+    data["results"][0]["cells"][first] = "no_such_column"
+    (copy / "record.json").write_text(json.dumps(data))
+    (loaded,) = build.load_records(tmp_path / "records")
+    with pytest.raises(build.RecordError, match=re.escape(source.id)):
+        build.results_page([loaded])
+
+    data["verdict"] = "maybe"
+    (copy / "record.json").write_text(json.dumps(data))
+    with pytest.raises(build.RecordError, match="verdict"):
+        build.load_records(tmp_path / "records")
+
+    copy.rename(tmp_path / "records" / "2026-01-01-renamed")
+    with pytest.raises(build.RecordError, match="DATE-NAME"):
+        build.load_records(tmp_path / "records")
+
+
+def test_check_fails_on_a_stale_page_and_the_build_mends_it(build, tmp_path, monkeypatch, capsys):
+    results, readme = tmp_path / "RESULTS.md", tmp_path / "README.md"
+    results.write_text("# Results\n\nan old figure: 0.1\n")
+    readme.write_text((ROOT / "README.md").read_text().replace("| 15 |", "| 14 |", 1))
+    monkeypatch.setattr(build, "RESULTS", results)
+    monkeypatch.setattr(build, "README", readme)
+    assert build.main(["--check"]) == 1
+    assert capsys.readouterr().out.count("is out of date") == 2
+    assert build.main([]) == 0
+    assert build.main(["--check"]) == 0
+    assert readme.read_text() == (ROOT / "README.md").read_text()
