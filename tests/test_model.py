@@ -154,6 +154,40 @@ def test_position_embedding_scale_multiplies_the_tables_spread_only(tiny_config,
     assert abs(three.word_embeddings.weight.std().item() - base.initializer_range) < 0.002  # tokens unscaled
 
 
+def test_mimetic_attention_starts_with_keys_equal_to_queries_and_local_attention(tiny_config):
+    """attention_init="mimetic": every layer's key projection is a copy of its query projection, the value
+    projection and everything else stay BERT's, and at step 0 a token scores itself at about mimetic_score,
+    so with sinusoidal positions each query's attention peaks on itself and falls off with distance."""
+    cfg = dataclasses.replace(
+        tiny_config,
+        position_embedding_init="sinusoidal",
+        position_embedding_scale=3.0,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    normal = BertForPreTraining(cfg)
+    torch.manual_seed(0)
+    mimetic = BertForPreTraining(dataclasses.replace(cfg, attention_init="mimetic", mimetic_score=6.0)).eval()
+    H = cfg.hidden_size
+    for layer, bert_layer in zip(mimetic.bert.layers, normal.bert.layers, strict=True):
+        w = layer.attention.qkv.weight
+        assert torch.equal(w[:H], w[H : 2 * H])
+        assert torch.equal(w[2 * H :], bert_layer.attention.qkv.weight[2 * H :])  # values as BERT's
+    assert torch.equal(mimetic.mlm_head.dense.weight, normal.mlm_head.dense.weight)
+    ids = torch.randint(5, cfg.vocab_size, (4, 40))
+    x = mimetic.bert.embeddings(ids, torch.zeros_like(ids))
+    first = mimetic.bert.layers[0].attention
+    q = first.qkv(x)[..., :H].view(4, 40, cfg.num_attention_heads, -1).transpose(1, 2)
+    self_scores = (q * q).sum(-1) / q.size(-1) ** 0.5  # (B, nh, T): each token with itself
+    assert 3.0 < self_scores.mean().item() < 12.0
+    probs = mimetic.bert(ids, output_attentions=True).attentions[0].mean((0, 1))  # (T, T)
+    near = [probs.diagonal(k).mean().item() for k in (0, 1)]
+    far = probs.diagonal(20).mean().item()
+    assert near[0] > near[1] > 2 * far and near[0] > 5 * probs.mean().item(), (near, far)
+    uniform = normal.eval().bert(ids, output_attentions=True).attentions[0].mean((0, 1))
+    assert uniform.diagonal().mean().item() < 2 * uniform.mean().item()  # BERT's init: near uniform
+
+
 def test_pre_layer_norm_runs_and_differs(tiny_config):
     cfg = dataclasses.replace(tiny_config, pre_layer_norm=True)
     model = BertForPreTraining(cfg).eval()
@@ -196,6 +230,8 @@ def test_presets_have_4x_intermediate():
         dict(pad_token_id=200),
         dict(position_embedding_init="rotary"),
         dict(position_embedding_scale=0.0),
+        dict(attention_init="identity"),
+        dict(mimetic_score=0.0),
     ],
 )
 def test_config_validation(tiny_config, bad):

@@ -46,6 +46,13 @@ class ModelConfig:
     # in the first LayerNorm, and on the CPU recipe every seed screened left the unigram plateau by step
     # 1,000, against 1,500-3,500 at 1 (benchmarks/README.md, round 5).
     position_embedding_scale: float = 1.0
+    # "mimetic": each head's key projection starts as a copy of its query projection (Trockman & Kolter 2023,
+    # "Mimetic Initialization of Self-Attention Layers"), so from step 0 a token attends to the tokens most
+    # like it: itself and, through the position rows, its neighbours. The frequent-words plateau is the time
+    # random attention takes to find the neighbours. "normal" is BERT's init.
+    attention_init: str = "normal"
+    # mimetic: the attention score (q.k / sqrt(head size)) of a token with itself at step 0, on average
+    mimetic_score: float = 8.0
     pad_token_id: int = 0
     pre_layer_norm: bool = False  # False = post-LN as in BERT; True = LayerNorm before each sublayer
     # True = causal self-attention (each token sees itself and the tokens before it): GPT's next-word task on
@@ -80,13 +87,23 @@ class ModelConfig:
                 f"model config: position_embedding_init {self.position_embedding_init!r} is not one of "
                 "'normal', 'sinusoidal'"
             )
+        if self.attention_init not in ("normal", "mimetic"):
+            raise NanobertError(
+                f"model config: attention_init {self.attention_init!r} is not one of 'normal', 'mimetic'"
+            )
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise NanobertError(f"model config: pad_token_id {self.pad_token_id} is outside the vocabulary")
         # written as "not > 0" so that NaN fails too
-        if not (self.layer_norm_eps > 0 and self.initializer_range > 0 and self.position_embedding_scale > 0):
+        positive = (
+            self.layer_norm_eps,
+            self.initializer_range,
+            self.position_embedding_scale,
+            self.mimetic_score,
+        )
+        if not all(value > 0 for value in positive):
             raise NanobertError(
-                "model config: layer_norm_eps, initializer_range and position_embedding_scale must be "
-                "positive"
+                "model config: layer_norm_eps, initializer_range, position_embedding_scale and mimetic_score "
+                "must be positive"
             )
 
 

@@ -347,6 +347,24 @@ def sinusoidal_init(table: torch.Tensor, std: float) -> None:
     table.mul_(std * math.sqrt(2.0))  # a sine over many periods has standard deviation 1/sqrt(2)
 
 
+@torch.no_grad()
+def mimetic_init(qkv: nn.Linear, num_heads: int, self_score: float) -> None:
+    """Start the key projection as a copy of the query projection (Trockman & Kolter 2023), so that q_i . k_j
+    = x_i W_q^T W_q x_j scores how alike tokens i and j are, and a token's score with itself (its inputs
+    LayerNorm'ed to unit spread) averages `self_score` after the 1 / sqrt(head size) scaling.
+
+    With sinusoidal position rows, the tokens most alike are a token and its neighbours: attention starts
+    local, where random weights start it uniform and take the frequent-words plateau to find the neighbours.
+    """
+    H = qkv.in_features
+    head_dim = H // num_heads
+    # q_i . q_i over a head: head_dim * H * std^2 for unit-spread inputs, then / sqrt(head_dim)
+    std = math.sqrt(self_score / (math.sqrt(head_dim) * H))
+    w_q = torch.randn(H, H, device=qkv.weight.device) * std  # (H out, H in), the heads side by side
+    qkv.weight[:H] = w_q
+    qkv.weight[H : 2 * H] = w_q
+
+
 class BertPreTrainedModel(nn.Module):
     """What every model with heads shares (transformers' `BertPreTrainedModel`): its config, the encoder
     `bert`, and BERT's initialisation of every weight once the heads exist (`post_init`)."""
@@ -364,6 +382,9 @@ class BertPreTrainedModel(nn.Module):
             sinusoidal_init(table, self.config.initializer_range)
         with torch.no_grad():
             table.mul_(self.config.position_embedding_scale)  # either init; x 1.0 leaves BERT's exactly
+        if self.config.attention_init == "mimetic":
+            for layer in self.bert.layers:
+                mimetic_init(layer.attention.qkv, self.config.num_attention_heads, self.config.mimetic_score)
 
 
 class BertForPreTraining(BertPreTrainedModel):
@@ -650,4 +671,5 @@ __all__ = [
     "QuestionAnsweringOutput",
     "SequenceClassifierOutput",
     "init_weights",
+    "mimetic_init",
 ]
