@@ -1,21 +1,23 @@
-"""The GPU check of issue 42 (benchmarks/gpu_check.py) and the GPU-path logic behind it in throughput.py,
-checked on the CPU: the step is graph-safe (one shape per step, no host sync), warm-up stays out of the timed
-rounds, and the report is on disk after every item even when a later one runs out of time.
+"""The GPU check of issues 42 and 59 (benchmarks/gpu_check.py) and the GPU-path logic behind it in
+throughput.py, checked on the CPU: the step is graph-safe (one shape per step, no host sync), warm-up stays
+out of the timed rounds, the report is on disk after every item and every step even when a later one runs out
+of time, and the first run's data is staged for the device and its dry run reports every figure.
 
-Tests marked `cuda` run only where a GPU is (gpu_check.py's item 5 runs them on a lent device)."""
+Tests marked `cuda` run only where a GPU is (gpu_check.py's item 6 runs them on a lent device)."""
 
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 import torch
-from helpers import TINY_MODEL
+from helpers import TINY_MODEL, write_corpus
 from test_benchmark_scripts import BENCHMARKS, run_main, tripwire
 
-from nanobert.config import ModelConfig, TrainConfig, config_to_dict
+from nanobert.config import DEFAULT_BUDGET, ModelConfig, TrainConfig, config_to_dict
 from nanobert.model import BertForPreTraining
 
 ROOT = BENCHMARKS.parent
@@ -212,13 +214,16 @@ def test_peak_from_the_gpu_name(gpu_check, name, peak):
     [
         (["--device", "cpu", "--items", "1,9"], "give item numbers"),
         (["--device", "cpu", "--items", "1,1"], "each once"),
-        (["--device", "cpu", "--items", "4"], "give --data"),
-        (["--device", "cpu", "--items", "4", "--data", "no/such.txt"], "no such file"),
-        (["--device", "cpu", "--items", "1", "--cap", "7=10"], "not one of"),
-        (["--device", "cpu", "--items", "1", "--cap", "2=soon"], "expected N=SECONDS"),
-        (["--device", "cpu", "--items", "1", "--budget", "0"], "--budget must be positive"),
-        (["--device", "cpu", "--items", "5", "--pretrain-set", "batch_sise=256"], "unknown key 'batch_sise'"),
-        (["--device", "cpu", "--items", "5", "--pretrain-set", "batch_size=0"], "batch_size"),
+        (["--device", "cpu", "--items", "5"], "item 5 trains on a text file: give --data"),
+        (["--device", "cpu", "--items", "5", "--data", "no/such.txt"], "no such file"),
+        (["--device", "cpu", "--items", "3", "--cap", "7=10"], "not one of"),
+        (["--device", "cpu", "--items", "3", "--cap", "2=soon"], "expected N=SECONDS"),
+        (["--device", "cpu", "--items", "3", "--budget", "0"], "--budget must be positive"),
+        (["--device", "cpu", "--items", "6", "--pretrain-set", "batch_sise=256"], "unknown key 'batch_sise'"),
+        (["--device", "cpu", "--items", "6", "--pretrain-set", "batch_size=0"], "batch_size"),
+        (["--items", "6"], "one of the arguments --device --stage-data is required"),
+        (["--device", "cpu", "--stage-data", "d"], "not allowed with argument --device"),
+        (["--device", "cpu", "--items", "6", "--train", "t.raw"], "go with --stage-data"),
     ],
 )
 def test_gpu_check_refuses_bad_arguments_before_any_item_runs(
@@ -232,7 +237,7 @@ def test_gpu_check_refuses_bad_arguments_before_any_item_runs(
 def test_gpu_check_says_when_cuda_is_absent(gpu_check, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(gpu_check, "run_capped", tripwire)
-    args = ["--device", "cuda", "--items", "5", "--out", tmp_path]
+    args = ["--device", "cuda", "--items", "6", "--out", tmp_path]
     code, line = run_main(gpu_check, "gpu_check.py", args, monkeypatch, capsys)
     assert code == 2 and "no CUDA GPU" in line
 
@@ -240,21 +245,34 @@ def test_gpu_check_says_when_cuda_is_absent(gpu_check, tmp_path, monkeypatch, ca
 def test_gpu_check_keeps_an_earlier_report_unless_told(gpu_check, tmp_path, monkeypatch, capsys):
     (tmp_path / "gpu_check.json").write_text("{}")
     monkeypatch.setattr(gpu_check, "run_capped", tripwire)
-    args = ["--device", "cpu", "--items", "5", "--out", tmp_path]
+    args = ["--device", "cpu", "--items", "6", "--out", tmp_path]
     code, line = run_main(gpu_check, "gpu_check.py", args, monkeypatch, capsys)
     assert code == 2 and "--overwrite" in line
 
 
-def python_item(gpu_check, number, name, code, figures=None):
-    """A stand-in item running `python -c code` ({out} is the report's folder)."""
+def python_step(gpu_check, name, code, stdout=None, keep_s=0.0):
+    """A stand-in step running `python -c code` ({out} is the report's folder)."""
+
+    def step(ctx):
+        return gpu_check.Step(
+            name, [sys.executable, "-c", code.replace("{out}", str(ctx.out))], stdout, keep_s
+        )
+
+    return step
+
+
+def python_item(gpu_check, number, name, code, figures=None, steps=()):
+    """A stand-in item of one step running `python -c code`, or of `steps` (from python_step); its figures
+    are by default the last line of its log."""
+    steps = steps or [python_step(gpu_check, name, code)]
     return gpu_check.Item(
         number,
         name,
         name,
         60,
         60,
-        lambda ctx, cap: [sys.executable, "-c", code.replace("{out}", str(ctx.out))],
-        figures or (lambda ctx, log: {"said": log.strip()}),
+        lambda ctx, cap: [step(ctx) for step in steps],
+        figures or (lambda ctx, log: {"printed": log.strip().splitlines()[-1]}),
     )
 
 
@@ -280,7 +298,7 @@ def test_the_report_is_written_after_every_item_and_a_timeout_stops_only_its_ite
     gpu_check.main()
     seen = json.loads((out / "seen.json").read_text())
     assert [i["status"] for i in seen["items"]] == ["ok", "pending", "pending"]
-    assert seen["items"][0]["figures"] == {"said": "fast"}
+    assert seen["items"][0]["figures"] == {"printed": "fast"}
     report = json.loads((out / "gpu_check.json").read_text())
     assert [i["status"] for i in report["items"]] == ["ok", "timeout", "ok"]
     assert report["items"][1]["seconds"] < 10
@@ -311,7 +329,7 @@ def test_unreadable_figures_fail_their_item_only(gpu_check, tmp_path, monkeypatc
     gpu_check.main()
     first, second = json.loads((out / "gpu_check.json").read_text())["items"]
     assert first["note"] == "gpu_check: KeyError: 'tokens_per_s'" and first["status"] == "ok"  # it ran
-    assert second["figures"] == {"said": "2"}
+    assert second["figures"] == {"printed": "2"}
 
 
 def test_stopping_the_check_ends_the_running_item(gpu_check):
@@ -362,7 +380,7 @@ def test_the_pretraining_figures_come_from_the_runs_summary(gpu_check, tmp_path)
     assert f["steady_tokens_per_s"] == 8e5 and f["peak_gpu_memory_gib"] == 3.5
     assert f["mfu"] == pytest.approx(1e6 * f["flops_per_token"] / 989e12)
     row = gpu_check.table_row(
-        {"number": 4, "title": "pretrain", "status": "ok", "seconds": 200, "cap_s": 225, "figures": f}
+        {"number": 5, "title": "pretrain", "status": "ok", "seconds": 200, "cap_s": 225, "figures": f}
     )
     assert "1,000,000" in row and "3.50" in row and "900 steps" in row
 
@@ -373,8 +391,250 @@ def test_pytest_counts_are_read_from_the_last_summary_line(gpu_check):
     assert gpu_check.pytest_figures(None, "collected nothing\n") == {}
 
 
+def test_each_step_of_an_item_brings_back_what_it_finished(gpu_check, tmp_path, monkeypatch):
+    """A step's JSON output reaches the report before the next step starts; a failed step does not stop the
+    next; a step whose cap less the seconds kept for later steps is too short is skipped; the last one is
+    stopped at what is left of the item's cap."""
+    steps = [
+        python_step(gpu_check, "first", "import json; print(json.dumps({'loss': 2.5}))", stdout="first.json"),
+        python_step(
+            gpu_check,
+            "second",
+            "import shutil, sys; shutil.copy('{out}/gpu_check.json', '{out}/seen.json'); sys.exit(3)",
+        ),
+        python_step(gpu_check, "third", "print('never')", keep_s=100.0),
+        python_step(gpu_check, "fourth", "import time; time.sleep(60)"),
+    ]
+
+    def figures(ctx, log):
+        first = gpu_check.read_json(ctx.work / "first.json")
+        return {"first": first, "steps logged": re.findall(r"^== gpu_check step (\w+)", log, re.MULTILINE)}
+
+    items = (python_item(gpu_check, 1, "stepped", "", figures, steps),)
+    monkeypatch.setattr(gpu_check, "ITEMS", items)
+    monkeypatch.setattr(gpu_check, "BY_NUMBER", {1: items[0]})
+    monkeypatch.setitem(gpu_check.MIN_CAP_S, "cpu", 0.5)
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--device", "cpu", "--out", str(out), "--cap", "1=4"])
+    gpu_check.main()
+    (seen,) = json.loads((out / "seen.json").read_text())["items"]
+    assert seen["status"] == "running" and seen["figures"]["first"] == {"loss": 2.5}
+    assert [s["name"] for s in seen["steps"]] == ["first"]
+    (item,) = json.loads((out / "gpu_check.json").read_text())["items"]
+    assert [(s["name"], s["status"]) for s in item["steps"]] == [
+        ("first", "ok"),
+        ("second", "failed"),
+        ("third", "skipped"),
+        ("fourth", "timeout"),
+    ]
+    assert item["status"] == "failed" and item["steps"][1]["exit_code"] == 3 and item["seconds"] < 10
+    assert item["figures"] == {"first": {"loss": 2.5}, "steps logged": ["first", "second", "fourth"]}
+    row = gpu_check.table_row(item)
+    assert "steps: first ok 0 s, second failed 0 s, third skipped 0 s, fourth timeout" in row
+
+
+def fake_sources(root):
+    """A training text, a held-out text and a BLiMP folder of two paradigms (five pairs and a blank line
+    each), written by the test, as --stage-data reads them."""
+    train = write_corpus(root / "train.txt", n_docs=24, sentences=10, seed=1)
+    test = write_corpus(root / "test.txt", n_docs=6, sentences=8, seed=2)
+    blimp = root / "blimp"
+    blimp.mkdir()
+    for uid, good, bad in [("agreement_1", "Alpha bravo charlie .", "Alpha charlie bravo ."),
+                           ("island_1", "Golf hotel india .", "India golf hotel .")]:  # fmt: skip
+        rows = [
+            {"sentence_good": f"{good[:-2]} {n} .", "sentence_bad": bad, "field": "syntax",
+             "linguistics_term": uid.split("_")[0], "UID": uid, "pairID": str(n)}
+            for n in range(5)
+        ]  # fmt: skip
+        (blimp / f"{uid}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "\n")
+    return train, test, blimp
+
+
+def stage_args(sources, folder, pairs):
+    train, test, blimp = sources
+    return [
+        "--stage-data",
+        folder,
+        "--train",
+        train,
+        "--test",
+        test,
+        "--blimp",
+        blimp,
+        "--blimp-pairs",
+        pairs,
+    ]
+
+
+def test_staging_copies_the_texts_and_cuts_each_paradigm(gpu_check, tmp_path, monkeypatch, capsys):
+    sources = fake_sources(tmp_path)
+    folder = tmp_path / "stage"
+    (folder / "blimp").mkdir(parents=True)
+    (folder / "blimp" / "stale.jsonl").write_text("{}\n")  # from an earlier staging of other data
+    monkeypatch.setattr(sys, "argv", ["gpu_check.py", *map(str, stage_args(sources, folder, 3))])
+    gpu_check.main()
+    said = capsys.readouterr().out
+    assert (
+        said.startswith(f"gpu_check: staged {folder}: train.raw ") and "2 paradigms, at most 3 pairs" in said
+    )
+    assert (folder / "train.raw").read_bytes() == sources[0].read_bytes()
+    assert (folder / "wiki.test.raw").read_bytes() == sources[1].read_bytes()
+    assert sorted(p.name for p in (folder / "blimp").iterdir()) == ["agreement_1.jsonl", "island_1.jsonl"]
+    for paradigm in (folder / "blimp").iterdir():
+        source = (sources[2] / paradigm.name).read_text().splitlines(keepends=True)
+        assert paradigm.read_text().splitlines(keepends=True) == source[:3]
+    assert gpu_check.check_staged(folder) == folder
+
+
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (lambda train, test, blimp: train.unlink(), "--train"),
+        (lambda train, test, blimp: test.unlink(), "--test"),
+        (lambda train, test, blimp: [p.unlink() for p in blimp.iterdir()], "no .jsonl files"),
+        (
+            lambda train, test, blimp: (blimp / "agreement_1.jsonl").write_text('{"text": 1}\n'),
+            "not a BLiMP pair",
+        ),
+    ],
+)
+def test_staging_refuses_missing_data_before_writing(
+    gpu_check, change, needle, tmp_path, monkeypatch, capsys
+):
+    sources = fake_sources(tmp_path)
+    change(*sources)
+    folder = tmp_path / "stage"
+    code, line = run_main(gpu_check, "gpu_check.py", stage_args(sources, folder, 3), monkeypatch, capsys)
+    assert code == 2 and needle in line and not folder.exists()
+
+
+def test_staging_refuses_more_than_a_call_carries(gpu_check, tmp_path, monkeypatch, capsys):
+    sources = fake_sources(tmp_path)
+    monkeypatch.setattr(gpu_check, "CARRY_ROOM_MIB", 0.001)
+    folder = tmp_path / "stage"
+    code, line = run_main(gpu_check, "gpu_check.py", stage_args(sources, folder, 3), monkeypatch, capsys)
+    assert code == 2 and "over the 0.001 MiB a call carries" in line and not folder.exists()
+
+
+@pytest.mark.parametrize(
+    "missing, needle",
+    [
+        (None, "item 1 reads staged data: give --data-dir"),
+        ("train.raw", "no train.raw there; build the folder with --stage-data"),
+        ("wiki.test.raw", "no wiki.test.raw there"),
+        ("blimp", "no blimp/*.jsonl there"),
+    ],
+)
+def test_the_first_run_refuses_missing_data_in_one_line(
+    gpu_check, missing, needle, tmp_path, monkeypatch, capsys
+):
+    folder = tmp_path / "stage"
+    monkeypatch.setattr(
+        sys, "argv", ["gpu_check.py", *map(str, stage_args(fake_sources(tmp_path), folder, 2))]
+    )
+    gpu_check.main()
+    capsys.readouterr()
+    if missing == "blimp":
+        for paradigm in (folder / "blimp").iterdir():
+            paradigm.unlink()
+    elif missing:
+        (folder / missing).unlink()
+    monkeypatch.setattr(gpu_check, "run_capped", tripwire)
+    args = ["--device", "cpu", "--items", "1,6", "--out", tmp_path / "out"]
+    args += ["--data-dir", folder] if missing else []
+    code, line = run_main(gpu_check, "gpu_check.py", args, monkeypatch, capsys)
+    assert code == 2 and needle in line
+
+
+def test_the_first_run_on_a_gpu_passes_no_option_but_the_file_and_the_output(gpu_check, tmp_path):
+    data, work = tmp_path / "data", tmp_path / "work"
+    ctx = gpu_check.Context("cuda", "NVIDIA H200", 989.0, None, tmp_path, work, data_dir=data)
+    pretrain, evaluate, blimp = gpu_check.first_run_steps(ctx, gpu_check.FIRST_RUN_CAP_S)
+    run = work / "first-run"
+    nanobert = [sys.executable, "-m", "nanobert"]
+    assert pretrain.command == [*nanobert, "pretrain", "--train", str(data / "train.raw"), "--out", str(run)]
+    assert evaluate.command == [
+        *nanobert, "evaluate", str(run / "best"), "--valid", str(data / "wiki.test.raw"), "--device", "cuda"
+    ]  # fmt: skip
+    assert blimp.command[:6] == [*nanobert, "blimp", str(run / "best"), "--data"]
+    assert blimp.command[6:] == [
+        str(data / "blimp"),
+        "--limit",
+        "100",
+        "--json",
+        "--quiet",
+        "--device",
+        "cuda",
+    ]
+    # training keeps back the seconds of the two steps after it, evaluation those of BLiMP
+    tail = gpu_check.FIRST_RUN_TAIL_S["cuda"]
+    assert (pretrain.keep_s, evaluate.keep_s, blimp.keep_s) == (
+        tail["evaluate"] + tail["blimp"],
+        tail["blimp"],
+        0,
+    )
+    # the item's cap holds the run's own budget, its setup and the steps after it
+    assert gpu_check.FIRST_RUN_CAP_S - pretrain.keep_s == DEFAULT_BUDGET["cuda"] + gpu_check.FIRST_RUN_SETUP_S
+
+
+def test_the_two_call_plan_fits_the_device_limits(gpu_check):
+    """The plan in gpu_check.py's docstring: call 1 ends inside its 600-s command limit, and both calls with a
+    machine's start (a minute or more) and the transfers fit the session's 15 minutes of device time."""
+    plan = gpu_check.__doc__.split("The two-call plan")[1]
+    calls = re.findall(r"timeout_s (\d+):\n.*? --items ([\d,]+)", plan, flags=re.DOTALL)
+    assert len(calls) == 2
+    budgets = []
+    for timeout, items in calls:
+        caps = [gpu_check.BY_NUMBER[int(n)].cap_s for n in items.split(",")]
+        budgets.append(sum(caps) + 5)  # the script's own budget by default
+        assert budgets[-1] + 15 <= int(timeout) <= 600
+    assert [int(n) for n in calls[0][1].split(",")] == [1, 2]  # the issue's first two items go first
+    start_and_transfers = 150
+    assert sum(budgets) + start_and_transfers <= 15 * 60
+    assert f"at most {budgets[0]:.0f} s" in plan and f"at most {budgets[1]:.0f} s" in plan
+
+
+def test_the_dry_run_of_the_first_run_end_to_end(tmp_path):
+    """Item 1 as it runs on the device, through the same steps at the dry run's tiny shape, on data staged by
+    --stage-data from files the test writes: every figure the issue asks of it lands in the report."""
+    script = [sys.executable, str(BENCHMARKS / "gpu_check.py")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    folder, out = tmp_path / "stage", tmp_path / "out"
+    staging = [*script, *map(str, stage_args(fake_sources(tmp_path), folder, 3))]
+    subprocess.run(staging, check=True, capture_output=True, env=env, timeout=60)
+    cmd = [*script, "--device", "cpu", "--items", "1", "--data-dir", str(folder), "--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (item,) = json.loads((out / "gpu_check.json").read_text())["items"]
+    log = (out / "item1.log").read_text()
+    assert item["status"] == "ok", log
+    assert [(s["name"], s["status"]) for s in item["steps"]] == [
+        ("pretrain", "ok"),
+        ("evaluate", "ok"),
+        ("blimp", "ok"),
+    ]
+    f = item["figures"]
+    assert f["steps"] > 0 and f["tokens_per_s"] > 0 and f["stop_reason"] == "finished"
+    assert f["mfu"] is None  # no GPU peak on the CPU
+    held = f["held_out"]
+    assert 0 <= held["mlm_accuracy"] <= 1 and held["mlm_perplexity"] > 1 and 0 <= held["nsp_accuracy"] <= 1
+    assert f["blimp"]["pairs"] == 2 * 2 and 0 <= f["blimp"]["overall"] <= 1  # 2 pairs of 2 paradigms
+    chose = f["chose"]
+    assert (chose["preset"], chose["layers"], chose["batch_size"], chose["max_seq_len"]) == ("tiny", 2, 8, 32)
+    assert chose["hidden_size"] > 0 and chose["learning_rate"] > 0
+    assert any(line.startswith("nanobert: precision fp32") for line in f["said"])
+    assert any(line.startswith("nanobert: training on cpu") for line in f["said"])
+    table = (out / "gpu_check.md").read_text()
+    assert done.stdout.endswith(table)
+    row = next(line for line in table.splitlines() if line.startswith("| 1 |"))
+    assert "dry run of: first run" in row and "wiki.test.raw: MLM accuracy" in row and "BLiMP " in row
+    assert "chose: preset tiny, 2 layers x" in row and "steps: pretrain ok" in row
+    assert "What item 1's run chose and said" in table
+
+
 def test_the_dry_run_of_the_cuda_graph_item_end_to_end(tmp_path):
-    """Item 3 as it runs on the device, at the dry run's tiny shape: throughput.py in a subprocess, its
+    """Item 4 as it runs on the device, at the dry run's tiny shape: throughput.py in a subprocess, its
     JSON read back into the report and the table."""
     out = tmp_path / "out"
     cmd = [
@@ -383,7 +643,7 @@ def test_the_dry_run_of_the_cuda_graph_item_end_to_end(tmp_path):
         "--device",
         "cpu",
         "--items",
-        "3",
+        "4",
         "--out",
         str(out),
     ]
@@ -391,7 +651,7 @@ def test_the_dry_run_of_the_cuda_graph_item_end_to_end(tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     (item,) = json.loads((out / "gpu_check.json").read_text())["items"]
-    assert item["status"] == "ok", (out / "item3.log").read_text()
+    assert item["status"] == "ok", (out / "item4.log").read_text()
     f = item["figures"]
     assert f["finished"] and f["settings"]["static_shapes"] and f["settings"]["compile"]
     assert f["host_syncs"] == {"nanobert": [], "transformers": []}
@@ -399,10 +659,10 @@ def test_the_dry_run_of_the_cuda_graph_item_end_to_end(tmp_path):
     assert set(f["profile"]) == {"nanobert", "transformers"}
     table = (out / "gpu_check.md").read_text()
     assert done.stdout.endswith(table)  # printed last, for the device reply's tail
-    assert "| 3 | dry run of: mini" in table and "- item 3, nanobert: cpu busy" in table
+    assert "| 4 | dry run of: mini" in table and "- item 4, nanobert: cpu busy" in table
 
 
-# --- on a GPU (gpu_check.py's item 5) -----------------------------------------------------------------------
+# --- on a GPU (gpu_check.py's item 6) -----------------------------------------------------------------------
 
 
 @cuda
