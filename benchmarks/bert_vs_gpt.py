@@ -43,7 +43,7 @@ import torch
 
 from nanobert.blimp import PUBLISHED, evaluate_blimp, load_blimp
 from nanobert.checkpoint import load_language_model, read_config
-from nanobert.config import build_configs, parse_overrides
+from nanobert.config import parse_overrides
 from nanobert.corpus import load_documents
 from nanobert.errors import (
     ArgumentParser,
@@ -61,6 +61,7 @@ from nanobert.evaluate import (
 )
 from nanobert.hybrid import hybrid_held_out
 from nanobert.inference import load
+from nanobert.recipes import build_configs
 from nanobert.scoring import scoring_precision
 from nanobert.tokenizer import (
     CLS_ID,

@@ -22,13 +22,14 @@ from pathlib import Path
 
 import torch
 
-from nanobert.config import MODEL_PRESETS, ModelConfig
+from nanobert.config import ModelConfig
 from nanobert.corpus import documents_from_lines, load_documents, read_text_file
 from nanobert.device import autocast_dtype, resolve_device
 from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script
 from nanobert.model import BertForPreTraining
 from nanobert.optim import build_optimizer
 from nanobert.pretraining_data import MaskingCollator, batches, create_instances, nsp_documents, query_layout
+from nanobert.recipes import MODEL_PRESETS
 from nanobert.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, encode_documents, train_tokenizer
 
 MIN_SEQ_LEN = 5  # [CLS] A [SEP] B [SEP], what an NSP instance needs at least

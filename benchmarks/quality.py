@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from nanobert.blimp import evaluate_blimp, load_blimp
-from nanobert.config import FinetuneConfig, build_configs, parse_overrides
+from nanobert.config import FinetuneConfig, parse_overrides
 from nanobert.corpus import load_documents
 from nanobert.device import resolve_device
 from nanobert.errors import ArgumentParser, NanobertError, check_input_file, check_output_file, run_script
@@ -37,6 +37,7 @@ from nanobert.evaluate import evaluate_checkpoint
 from nanobert.finetune import finetune
 from nanobert.finetune_data import TaskSpec
 from nanobert.inference import load
+from nanobert.recipes import build_configs
 from nanobert.scoring import scoring_precision
 from nanobert.sources import DataSources
 from nanobert.tabular import read_table

@@ -26,7 +26,7 @@ from nanobert.pretraining_data import MaskingCollator, nsp_epoch_batches
 from nanobert.tokenizer import IGNORE_INDEX, encode_documents, load_tokenizer, train_tokenizer
 
 # ----------------------------------------------------------------------------------------------------------
-# Settings: the `toy` preset's (src/nanobert/config.py, PRESETS["toy"]) and TrainConfig's defaults
+# Settings: the `toy` preset's (src/nanobert/recipes.py, PRESETS["toy"]) and TrainConfig's defaults
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

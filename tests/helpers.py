@@ -65,7 +65,8 @@ def train_tiny_checkpoint(
     Built as `nanobert pretrain --train corpus.txt --max-steps N --set TINY_SET` builds it, through the
     library functions behind that command.
     """
-    from nanobert.config import new_run_configs, parse_overrides
+    from nanobert.config import parse_overrides
+    from nanobert.recipes import new_run_configs
     from nanobert.sources import DataSources
     from nanobert.train import pretrain
 

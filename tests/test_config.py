@@ -1,7 +1,8 @@
 import pytest
 
-from nanobert.config import PRESETS, FinetuneConfig, build_configs, parse_overrides, preset_configs
+from nanobert.config import FinetuneConfig, parse_overrides
 from nanobert.errors import NanobertError
+from nanobert.recipes import PRESETS, build_configs, preset_configs
 
 
 def test_overrides_are_typed_and_routed():
@@ -106,7 +107,7 @@ def test_preset_configs_sets_fields_of_either_config_by_keyword():
 
 
 def test_the_first_run_leaves_its_depth_to_the_passes_it_can_make():
-    from nanobert.config import DEPTH_PASSES, new_run_configs
+    from nanobert.recipes import DEPTH_PASSES, new_run_configs
 
     model, train, chosen, note = new_run_configs(None, None, "cpu", {}, {})
     assert (chosen, model.num_hidden_layers, train.shallow_below_passes) == ("wikitext2-cpu", 4, DEPTH_PASSES)

@@ -15,10 +15,11 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from nanobert.cli import build_parser
-from nanobert.config import PRESETS, parse_overrides
+from nanobert.config import parse_overrides
 from nanobert.corpus import WIKITEXT_HF_NAMES
 from nanobert.errors import NanobertError
 from nanobert.objectives import OBJECTIVES
+from nanobert.recipes import PRESETS
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDES = sorted((ROOT / "docs").glob("*.md"))

@@ -17,8 +17,9 @@ import torch
 from helpers import TINY_MODEL, write_corpus
 from test_benchmark_scripts import BENCHMARKS, run_main, tripwire
 
-from nanobert.config import DEFAULT_BUDGET, ModelConfig, TrainConfig, config_to_dict
+from nanobert.config import ModelConfig, TrainConfig, config_to_dict
 from nanobert.model import BertForPreTraining
+from nanobert.recipes import DEFAULT_BUDGET
 
 ROOT = BENCHMARKS.parent
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

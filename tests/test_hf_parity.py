@@ -4,9 +4,10 @@ import pytest
 import torch
 from helpers import TINY_MODEL
 
-from nanobert.config import MODEL_PRESETS, ModelConfig
+from nanobert.config import ModelConfig
 from nanobert.hf_export import from_hf_state_dict, to_hf_config, to_hf_state_dict
 from nanobert.model import BertForPreTraining
+from nanobert.recipes import MODEL_PRESETS
 
 transformers = pytest.importorskip("transformers")
 

@@ -36,6 +36,7 @@ FLOORS = {
     "pretraining_data": 2,
     "qa_data": 2,
     "finetune_data": 2,
+    "recipes": 2,  # the presets and the first run's choices
     "fast": 2,  # faster stand-ins for F.dropout and the vocabulary loss, imported by name by model.py
     "run_log": 2,  # metrics.jsonl, progress and summary.json as a run writes them (over run_files)
     "model": 3,  # the one model file

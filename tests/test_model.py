@@ -4,10 +4,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nanobert.config import MODEL_PRESETS, ModelConfig
+from nanobert.config import ModelConfig
 from nanobert.errors import NanobertError
 from nanobert.model import BertForPreTraining, BertForSequenceClassification
 from nanobert.pretraining_data import masked_positions, query_layout
+from nanobert.recipes import MODEL_PRESETS
 
 
 def random_batch(config, B=3, T=11, pad_last=0):

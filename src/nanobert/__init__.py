@@ -45,8 +45,8 @@ _EXPORTS = {
     "BertForSequenceClassification": "nanobert.model",
     # pretraining
     "TrainConfig": "nanobert.config",
-    "PRESETS": "nanobert.config",
-    "preset_configs": "nanobert.config",
+    "PRESETS": "nanobert.recipes",
+    "preset_configs": "nanobert.recipes",
     "DataSources": "nanobert.sources",
     "pretrain": "nanobert.train",
     "evaluate_checkpoint": "nanobert.evaluate",

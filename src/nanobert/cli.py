@@ -12,7 +12,9 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from nanobert.config import parse_overrides  # config and recipes are plain Python: no torch at start-up
 from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script
+from nanobert.recipes import PRESETS, new_run_configs
 
 
 def _print_json(obj) -> None:
@@ -109,7 +111,6 @@ def _add_pretrain(sub) -> None:
 def _cmd_pretrain(args) -> int:
     """Train a BERT from scratch with masked-LM and next-sentence prediction, the same stack with causal
     attention on next-word prediction (--objective causal), or both on one head (--objective hybrid)."""
-    from nanobert.config import new_run_configs, parse_overrides
     from nanobert.device import resolve_device
     from nanobert.sources import DataSources
     from nanobert.train import pretrain, resume_configs
@@ -234,7 +235,6 @@ def _add_presets(sub) -> None:
 
 
 def _cmd_presets(args) -> int:
-    from nanobert.config import PRESETS
 
     for name, preset in PRESETS.items():
         fields = {**preset["model"], **preset["train"]}

@@ -107,18 +107,6 @@ class ModelConfig:
             )
 
 
-# Model shapes. Intermediate size is 4x hidden; names follow Google's small-BERT release where they overlap.
-MODEL_PRESETS: dict[str, dict[str, int]] = {
-    "tiny": dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2),
-    "mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4),
-    "small": dict(num_hidden_layers=4, hidden_size=512, num_attention_heads=8),
-    "medium": dict(num_hidden_layers=8, hidden_size=512, num_attention_heads=8),
-    "base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12),
-}
-for _shape in MODEL_PRESETS.values():
-    _shape["intermediate_size"] = 4 * _shape["hidden_size"]
-
-
 @dataclass
 class TrainConfig:
     """One pretraining run. The length is set by exactly one of max_steps, epochs or time_budget."""
@@ -392,71 +380,6 @@ class QAConfig(FinetuneConfig):
         )
 
 
-# A preset names a model shape plus the training settings that suit it. `toy` memorises the built-in toy
-# corpus in seconds; the wikitext2-* presets are the measured recipes (see benchmarks/README.md).
-PRESETS: dict[str, dict[str, Any]] = {
-    **{name: {"model": dict(shape), "train": {}} for name, shape in MODEL_PRESETS.items()},
-    # Memorisation needs no dropout; pre-LN tolerates the high learning rate that makes it quick; the toy
-    # corpus yields only ~8 instances an epoch, so dupe_factor builds several independent sets per batch.
-    # The CPU recipe (ablations in benchmarks/README.md). Four layers of 128 at 45% training masking (held-out
-    # figures still mask 15%): with bf16 on an AVX512-BF16 EPYC, 2 layers make ~28,000 steps in 30 minutes
-    # (~400 passes over the corpus) and memorise from step ~7,000 (best/ 0.294 MLM accuracy, NSP 0.74); four
-    # layers with harder masking spend the time on capacity (~14,500 steps; best/ 0.306, NSP 0.806, 3 seeds).
-    # On a slow AVX2-only CPU, where steps are scarce, the earlier 2-layer, 30%-masking recipe scores more
-    # (0.310 against 0.288 at that budget): there `tiny` made ~4x the steps of `mini` and led it, and
-    # 45% masking (each step 1.2-1.46x dearer) lost to 30% at equal time. lr 1e-3 leaves the unigram plateau
-    # sooner than 5e-4. bf16 (precision auto, when it measures faster here) about doubles the speed. Dropout
-    # off: at 8,000 steps it lifted held-out accuracy from 0.158 to 0.230 (the model is too small to memorise
-    # 217k words in 30 minutes; dropout only slowed learning) and made each step ~1.7x faster. Sinusoidal
-    # position init: held-out accuracy sat on a plateau (frequent words) until step 3,000-5,500 with random
-    # position rows, and the seed decided when it ended; starting from sines and cosines it climbs from step
-    # ~1,500, and at 3x the token rows' spread from step ~1,000 on every seed. Evaluating every 500 steps
-    # keeps evaluation, which counts against the time budget, under 5% of it. best_margin: the held-out split
-    # (the last 6 documents of wiki.valid.tokens) has 5,224 masked tokens, so its accuracy near 0.29 has a
-    # standard error of 0.0063; from step ~5,000 on it moved within about that while test NSP kept rising
-    # (benchmarks/README.md, Rounds 12-15), and the strict arg-max put best/ anywhere on that plateau.
-    "wikitext2-cpu": {
-        "model": dict(
-            MODEL_PRESETS["tiny"],
-            num_hidden_layers=4,
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-            position_embedding_init="sinusoidal",
-            position_embedding_scale=3.0,
-        ),
-        "train": dict(
-            learning_rate=1e-3,
-            mask_prob=0.45,
-            time_budget=1800.0,
-            eval_interval=500,
-            log_interval=50,
-            best_margin=0.006,
-        ),
-    },
-    "toy": {
-        "model": dict(
-            MODEL_PRESETS["tiny"],
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-            pre_layer_norm=True,
-        ),
-        "train": dict(
-            vocab_size=200,
-            tokenizer_min_frequency=1,
-            max_seq_len=64,
-            batch_size=32,
-            dupe_factor=4,
-            learning_rate=3e-3,
-            max_steps=800,
-            eval_interval=200,
-            log_interval=50,
-            warmup_ratio=0.05,
-            bucket_by_length=False,
-        ),
-    },
-}
-
-
 def _parse_value(raw: str, annotation: Any, key: str) -> Any:
     """Parse `raw` as a value of the field type `annotation` (int, float, bool, str, or X | None)."""
     if isinstance(annotation, str):  # postponed annotations: resolve the few types used above
@@ -506,98 +429,6 @@ def parse_overrides(pairs: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     return model_over, train_over
 
 
-def build_configs(
-    preset: str, model_overrides: dict[str, Any] | None = None, train_overrides: dict[str, Any] | None = None
-) -> tuple[ModelConfig, TrainConfig]:
-    """The preset's configs with overrides applied (overrides win); NanobertError for an unknown preset."""
-    if preset not in PRESETS:
-        raise NanobertError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
-    model_kw = {**PRESETS[preset]["model"], **(model_overrides or {})}
-    train_kw = {**PRESETS[preset]["train"], **(train_overrides or {})}
-    # An explicit length replaces the preset's length rather than conflicting with it.
-    if set(LENGTH_FIELDS) & set(train_overrides or {}):
-        for name in LENGTH_FIELDS:
-            if name not in (train_overrides or {}):
-                train_kw.pop(name, None)
-    return ModelConfig(**model_kw), TrainConfig(**train_kw)
-
-
-def preset_configs(preset: str, **fields: Any) -> tuple[ModelConfig, TrainConfig]:
-    """(ModelConfig, TrainConfig) of `preset` with any field of either set by keyword, as `--preset NAME
-    --set key=value ...` does on the command line: `preset_configs("toy", max_steps=400, hidden_size=64)`.
-
-    A keyword goes to the config with a field of its name (`vocab_size` is the tokenizer's size to train, a
-    TrainConfig field; the model takes the trained tokenizer's size). A length (`max_steps`, `epochs`,
-    `time_budget`) replaces the preset's. An unknown name is a NanobertError; a value out of range is
-    refused by the config it goes to.
-    """
-    model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
-    train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    unknown = sorted(set(fields) - model_fields - train_fields)
-    if unknown:
-        known = ", ".join(sorted(model_fields | train_fields))
-        raise NanobertError(f"unknown config field(s) {', '.join(unknown)}; known fields: {known}")
-    train = {k: v for k, v in fields.items() if k in train_fields}
-    model = {k: v for k, v in fields.items() if k not in train_fields}
-    return build_configs(preset, model, train)
-
-
-LENGTH_FIELDS = ("max_steps", "epochs", "time_budget")
-# A first run with no options: about 15 minutes on a laptop CPU, about 3 minutes on a GPU.
-DEFAULT_BUDGET = {"cpu": 900.0, "cuda": 180.0}
-# The CPU recipe's four layers need passes over the corpus to pay for their slower steps: on 217k words they
-# lost to two layers at ~56 passes (-0.022 MLM accuracy), tied at ~100 and won at ~210 (+0.016); on 2.2M
-# words, at 4 passes, two layers won by 0.037 on every seed (benchmarks/README.md, Rounds 11, 17 and 18).
-# So a first run with no options keeps four layers only where its plan gives them 100 passes or more.
-DEPTH_PASSES = 100.0
-
-
-def new_run_configs(
-    preset: str | None,
-    data: str | None,
-    device_type: str,
-    model_overrides: dict[str, Any],
-    train_overrides: dict[str, Any],
-) -> tuple[ModelConfig, TrainConfig, str, str | None]:
-    """The configs of a new run: (model config, train config, preset name, a note for the user or None).
-
-    With no preset: `toy` for the toy corpus, the measured CPU recipe on a CPU (its tiny shape makes the
-    most of few cores), `small` on a GPU, and a first-run length of `DEFAULT_BUDGET` seconds. A run whose
-    length nobody chose gets that budget too. The CPU recipe without `--preset` leaves its depth to the
-    passes the run can make (`shallow_below_passes=DEPTH_PASSES`) unless the layers or that threshold are
-    set. The note says what was chosen when the user did not.
-    """
-    chosen = preset or ("toy" if data == "toy" else "wikitext2-cpu" if device_type == "cpu" else "small")
-    train_overrides = dict(train_overrides)
-    if not preset and chosen != "toy" and not set(LENGTH_FIELDS) & set(train_overrides):
-        train_overrides["time_budget"] = DEFAULT_BUDGET[device_type]
-    depth_free = not {"num_hidden_layers", "shallow_below_passes"} & {*model_overrides, *train_overrides}
-    if not preset and chosen == "wikitext2-cpu" and depth_free:
-        train_overrides["shallow_below_passes"] = DEPTH_PASSES
-    model_config, train_config = build_configs(chosen, model_overrides, train_overrides)
-    has_length = any(getattr(train_config, n) is not None for n in LENGTH_FIELDS)
-    if not has_length:
-        train_config.time_budget = DEFAULT_BUDGET[device_type]
-    if preset and has_length:
-        return model_config, train_config, chosen, None
-    length = (
-        f"{train_config.max_steps} steps"
-        if train_config.max_steps
-        else f"{train_config.epochs} epochs"
-        if train_config.epochs
-        else f"{train_config.time_budget:.0f} s"
-    )
-    depth = ""
-    if train_config.shallow_below_passes is not None:
-        layers = model_config.num_hidden_layers
-        depth = f", {layers} layers or {max(1, layers // 2)} by the passes over the corpus it allows"
-    note = (
-        f"preset {chosen!r} on {device_type} for {length}{depth} "
-        "(choose with --preset and --max-steps/--epochs/--time-budget)"
-    )
-    return model_config, train_config, chosen, note
-
-
 def config_to_dict(cfg: Any) -> dict[str, Any]:
     """A plain dict of a config dataclass, for config.json."""
     return dataclasses.asdict(cfg)
@@ -633,19 +464,12 @@ def _json_value(value: Any, annotation: Any, key: str) -> Any:
 
 
 __all__ = [
-    "DEFAULT_BUDGET",
-    "LENGTH_FIELDS",
-    "MODEL_PRESETS",
     "PRECISIONS",
-    "PRESETS",
     "FinetuneConfig",
     "QAConfig",
     "ModelConfig",
     "TrainConfig",
-    "build_configs",
     "config_from_dict",
     "config_to_dict",
-    "new_run_configs",
     "parse_overrides",
-    "preset_configs",
 ]

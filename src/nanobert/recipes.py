@@ -1,0 +1,190 @@
+"""Recipes: the presets, and what `nanobert pretrain` chooses when nobody chose.
+
+A preset names a model shape plus the training settings that suit it; `--preset NAME --set key=value`
+builds a run's configs from one (`build_configs`). The first run with no options (`new_run_configs`) makes
+every other choice in one place, and its log says each one:
+
+- **the recipe**: `toy` for the toy corpus; on a CPU `wikitext2-cpu`, the measured recipe for few cores;
+  on a GPU `small`;
+- **the length**: `DEFAULT_BUDGET` seconds (about 15 minutes on a laptop CPU, 3 on a GPU);
+- **the depth** (CPU recipe): half the layers where the plan gives four fewer than `DEPTH_PASSES` passes over
+  the corpus, a step timed on this machine (`depth.choose_depth`);
+- **the precision**: fp32 or bf16 autocast, whichever a timed step says is faster here
+  (`device.choose_precision`; bf16 on a GPU).
+
+Each figure behind a choice lives in a record under benchmarks/records/, named where the choice is made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from nanobert.config import ModelConfig, TrainConfig
+from nanobert.errors import NanobertError
+
+# Model shapes. Intermediate size is 4x hidden; names follow Google's small-BERT release where they overlap.
+MODEL_PRESETS: dict[str, dict[str, int]] = {
+    "tiny": dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2),
+    "mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4),
+    "small": dict(num_hidden_layers=4, hidden_size=512, num_attention_heads=8),
+    "medium": dict(num_hidden_layers=8, hidden_size=512, num_attention_heads=8),
+    "base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12),
+}
+for _shape in MODEL_PRESETS.values():
+    _shape["intermediate_size"] = 4 * _shape["hidden_size"]
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    **{name: {"model": dict(shape), "train": {}} for name, shape in MODEL_PRESETS.items()},
+    # The CPU recipe (each reason's record is a folder of benchmarks/records/): the tiny width at four layers
+    # (2026-11-25-four-layer-preset; the first run halves them on a large corpus, 2026-11-27-depth-rule); 45%
+    # training masking, held-out figures still masking 15% (2026-11-25-masking-rate-and-batch); no dropout,
+    # which only slowed a model this small (2026-11-24-preset-dropout-off); sinusoidal position rows at 3x the
+    # token rows' spread, so attention finds word order sooner (2026-11-25-preset-position-scale-3); lr 1e-3
+    # (2026-11-23-tiny-leaves-the-plateau); an evaluation every 500 steps keeps it under 5% of the budget;
+    # best_margin about one standard error of the held-out accuracy (2026-11-26-best-margin).
+    "wikitext2-cpu": {
+        "model": dict(
+            MODEL_PRESETS["tiny"],
+            num_hidden_layers=4,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            position_embedding_init="sinusoidal",
+            position_embedding_scale=3.0,
+        ),
+        "train": dict(
+            learning_rate=1e-3,
+            mask_prob=0.45,
+            time_budget=1800.0,
+            eval_interval=500,
+            log_interval=50,
+            best_margin=0.006,
+        ),
+    },
+    # Memorises the built-in toy corpus in seconds: no dropout; pre-LN tolerates the high learning rate that
+    # makes it quick; the corpus yields ~8 instances an epoch, so dupe_factor builds several sets per batch.
+    "toy": {
+        "model": dict(
+            MODEL_PRESETS["tiny"],
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            pre_layer_norm=True,
+        ),
+        "train": dict(
+            vocab_size=200,
+            tokenizer_min_frequency=1,
+            max_seq_len=64,
+            batch_size=32,
+            dupe_factor=4,
+            learning_rate=3e-3,
+            max_steps=800,
+            eval_interval=200,
+            log_interval=50,
+            warmup_ratio=0.05,
+            bucket_by_length=False,
+        ),
+    },
+}
+
+
+def build_configs(
+    preset: str, model_overrides: dict[str, Any] | None = None, train_overrides: dict[str, Any] | None = None
+) -> tuple[ModelConfig, TrainConfig]:
+    """The preset's configs with overrides applied (overrides win); NanobertError for an unknown preset."""
+    if preset not in PRESETS:
+        raise NanobertError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
+    model_kw = {**PRESETS[preset]["model"], **(model_overrides or {})}
+    train_kw = {**PRESETS[preset]["train"], **(train_overrides or {})}
+    # An explicit length replaces the preset's length rather than conflicting with it.
+    if set(LENGTH_FIELDS) & set(train_overrides or {}):
+        for name in LENGTH_FIELDS:
+            if name not in (train_overrides or {}):
+                train_kw.pop(name, None)
+    return ModelConfig(**model_kw), TrainConfig(**train_kw)
+
+
+def preset_configs(preset: str, **fields: Any) -> tuple[ModelConfig, TrainConfig]:
+    """(ModelConfig, TrainConfig) of `preset` with any field of either set by keyword, as `--preset NAME
+    --set key=value ...` does on the command line: `preset_configs("toy", max_steps=400, hidden_size=64)`.
+
+    A keyword goes to the config with a field of its name (`vocab_size` is the tokenizer's size to train, a
+    TrainConfig field; the model takes the trained tokenizer's size). A length (`max_steps`, `epochs`,
+    `time_budget`) replaces the preset's. An unknown name is a NanobertError; a value out of range is
+    refused by the config it goes to.
+    """
+    model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = sorted(set(fields) - model_fields - train_fields)
+    if unknown:
+        known = ", ".join(sorted(model_fields | train_fields))
+        raise NanobertError(f"unknown config field(s) {', '.join(unknown)}; known fields: {known}")
+    train = {k: v for k, v in fields.items() if k in train_fields}
+    model = {k: v for k, v in fields.items() if k not in train_fields}
+    return build_configs(preset, model, train)
+
+
+LENGTH_FIELDS = ("max_steps", "epochs", "time_budget")
+# A first run with no options: about 15 minutes on a laptop CPU, about 3 minutes on a GPU.
+DEFAULT_BUDGET = {"cpu": 900.0, "cuda": 180.0}
+# The CPU recipe's four layers pay for their slower steps only with passes over the corpus: they lost to two
+# layers at a few passes and won from ~100 (records 2026-11-25-depth-at-a-slow-budget, 2026-11-27-depth-rule).
+DEPTH_PASSES = 100.0
+
+
+def new_run_configs(
+    preset: str | None,
+    data: str | None,
+    device_type: str,
+    model_overrides: dict[str, Any],
+    train_overrides: dict[str, Any],
+) -> tuple[ModelConfig, TrainConfig, str, str | None]:
+    """The configs of a new run: (model config, train config, preset name, a note for the user or None).
+
+    With no preset: `toy` for the toy corpus, the measured CPU recipe on a CPU (its tiny shape makes the
+    most of few cores), `small` on a GPU, and a first-run length of `DEFAULT_BUDGET` seconds. A run whose
+    length nobody chose gets that budget too. The CPU recipe without `--preset` leaves its depth to the
+    passes the run can make (`shallow_below_passes=DEPTH_PASSES`) unless the layers or that threshold are
+    set. The note says what was chosen when the user did not.
+    """
+    chosen = preset or ("toy" if data == "toy" else "wikitext2-cpu" if device_type == "cpu" else "small")
+    train_overrides = dict(train_overrides)
+    if not preset and chosen != "toy" and not set(LENGTH_FIELDS) & set(train_overrides):
+        train_overrides["time_budget"] = DEFAULT_BUDGET[device_type]
+    depth_free = not {"num_hidden_layers", "shallow_below_passes"} & {*model_overrides, *train_overrides}
+    if not preset and chosen == "wikitext2-cpu" and depth_free:
+        train_overrides["shallow_below_passes"] = DEPTH_PASSES
+    model_config, train_config = build_configs(chosen, model_overrides, train_overrides)
+    has_length = any(getattr(train_config, n) is not None for n in LENGTH_FIELDS)
+    if not has_length:
+        train_config.time_budget = DEFAULT_BUDGET[device_type]
+    if preset and has_length:
+        return model_config, train_config, chosen, None
+    length = (
+        f"{train_config.max_steps} steps"
+        if train_config.max_steps
+        else f"{train_config.epochs} epochs"
+        if train_config.epochs
+        else f"{train_config.time_budget:.0f} s"
+    )
+    depth = ""
+    if train_config.shallow_below_passes is not None:
+        layers = model_config.num_hidden_layers
+        depth = f", {layers} layers or {max(1, layers // 2)} by the passes over the corpus it allows"
+    note = (
+        f"preset {chosen!r} on {device_type} for {length}{depth} "
+        "(choose with --preset and --max-steps/--epochs/--time-budget)"
+    )
+    return model_config, train_config, chosen, note
+
+
+__all__ = [
+    "DEFAULT_BUDGET",
+    "DEPTH_PASSES",
+    "LENGTH_FIELDS",
+    "MODEL_PRESETS",
+    "PRESETS",
+    "build_configs",
+    "new_run_configs",
+    "preset_configs",
+]
