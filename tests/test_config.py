@@ -106,6 +106,29 @@ def test_preset_configs_sets_fields_of_either_config_by_keyword():
         preset_configs("toy", hidden_sise=64)
 
 
+def test_the_first_run_on_a_gpu_leaves_its_shape_to_the_steps_the_device_makes():
+    from nanobert.recipes import DEFAULT_BUDGET, GPU_MIN_STEPS, GPU_SHAPES, new_run_configs
+
+    model, train, chosen, note = new_run_configs(None, None, "cuda", {}, {})
+    assert (chosen, train.min_planned_steps, train.time_budget) == ("wikitext2-gpu", GPU_MIN_STEPS, 180.0)
+    assert train.time_budget == DEFAULT_BUDGET["cuda"] and train.batch_size == 128
+    assert f"the largest shape of {' / '.join(GPU_SHAPES)} that makes {GPU_MIN_STEPS:,} steps" in note
+    assert model.position_embedding_init == "sinusoidal" and model.hidden_dropout_prob == 0.0
+    # a shape field, the threshold, a preset by name, or a CPU: the shape is what they say
+    for preset, device, model_over, train_over in [
+        (None, "cuda", {"hidden_size": 256}, {}),
+        (None, "cuda", {"num_hidden_layers": 2}, {}),
+        ("wikitext2-gpu", "cuda", {}, {}),
+        (None, "cpu", {}, {}),
+    ]:
+        _, train, _, note = new_run_configs(preset, None, device, model_over, train_over)
+        assert train.min_planned_steps is None and "largest shape" not in (note or "")
+    _, train, _, _ = new_run_configs(None, None, "cuda", {}, {"min_planned_steps": 50})
+    assert train.min_planned_steps == 50
+    with pytest.raises(NanobertError, match="min_planned_steps must be at least 1"):
+        build_configs("wikitext2-gpu", train_overrides={"min_planned_steps": 0})
+
+
 def test_the_first_run_leaves_its_depth_to_the_passes_it_can_make():
     from nanobert.recipes import DEPTH_PASSES, new_run_configs
 

@@ -411,3 +411,44 @@ def test_depth_follows_the_passes_the_plan_gives(tmp_path, capsys, monkeypatch):
     assert layers(timed) == 1 and len(said) == 1, said
     assert said[0].startswith("nanobert: depth 1 layers (auto: 2 layers would make ~4 steps in 2 s at 500 ms")
     assert "passes of" in said[0] and "below 1000 passes half the layers learn more" in said[0]
+
+
+def test_a_gpu_first_run_trains_the_largest_shape_that_makes_its_steps(tmp_path, capsys, monkeypatch):
+    """min_planned_steps: each shape of GPU_SHAPES is timed (here: fixed times, largest slowest) and the
+    largest that leaves that many steps in the budget trains; the log says which and why."""
+    import nanobert.depth
+    from nanobert.recipes import GPU_SHAPES, MODEL_PRESETS
+
+    timed = []
+
+    def fake_time(ctx, device, cfg, model):
+        timed.append(model.config.num_hidden_layers * model.config.hidden_size)
+        return {"medium": 1.0, "small": 0.4, "mini": 0.05}[name_of(model.config)]
+
+    def name_of(config):
+        return next(
+            n for n in GPU_SHAPES if all(getattr(config, k) == v for k, v in MODEL_PRESETS[n].items())
+        )
+
+    monkeypatch.setattr(nanobert.depth, "time_step", fake_time)
+    run = tmp_path / "gpu"
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    settings = ["vocab_size=120", "max_seq_len=48", "batch_size=4", "precision=fp32", "eval_interval=5"]
+    argv = ["pretrain", "--train", str(corpus), "--out", str(run), "--device", "cpu", "--time-budget", "2"]
+    argv += [
+        "--preset",
+        "wikitext2-gpu",
+        "--set",
+        *settings,
+        "min_planned_steps=4",
+        "max_position_embeddings=64",
+    ]
+    assert main(argv) == 0
+    assert timed == [8 * 512, 4 * 512]  # medium (2 steps in 2 s), then small (5 steps): enough, stop
+    config = json.loads((run / "last" / "config.json").read_text())["model"]
+    assert (config["num_hidden_layers"], config["hidden_size"]) == (4, 512)
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("nanobert: shape")]
+    assert said == [
+        "nanobert: shape small: 4 layers of 512, 8 heads (auto: medium 1000 ms a step, ~2 steps; small 400 ms"
+        " a step, ~5 steps in 2 s; the largest with 4 steps)"
+    ]

@@ -152,6 +152,10 @@ class TrainConfig:
     # rate measured before it starts) gives the model fewer passes over its corpus than this trains half its
     # layers instead; None: the layers as configured. The first run with no options sets it (DEPTH_PASSES).
     shallow_below_passes: float | None = None
+    # size that follows the device: a new run with a time budget times one step of each shape of
+    # `recipes.GPU_SHAPES` here and trains the largest that leaves at least this many steps in the budget;
+    # None: the shape as configured. The first run with no options on a GPU sets it (GPU_MIN_STEPS).
+    min_planned_steps: int | None = None
     # evaluation and logging
     eval_interval: int = 200
     eval_batch_size: int = 64
@@ -222,6 +226,11 @@ class TrainConfig:
                     "shallow_below_passes",
                     self.shallow_below_passes is None or 0 < self.shallow_below_passes < math.inf,
                     "positive and finite, or None",
+                ),
+                (
+                    "min_planned_steps",
+                    self.min_planned_steps is None or self.min_planned_steps >= 1,
+                    "at least 1, or None",
                 ),
                 (
                     "device",

@@ -1,8 +1,11 @@
-"""The first run's depth: half the layers where the run's plan gives the model too few passes over its corpus.
+"""The first run's size, chosen by timing a step here: the depth on a CPU, the shape on a GPU.
 
-At equal CPU time two layers of 128 beat four at a few passes and lose at a few hundred (benchmarks/README.md,
-Rounds 11, 17 and 18), so `TrainConfig.shallow_below_passes` (which the first run with no options sets)
-lets a new run choose before it starts, from its length and, for a time budget, a step timed on this machine.
+At equal CPU time two layers of 128 beat four at a few passes over the corpus and lose at a few hundred
+(records 2026-11-25-depth-at-a-slow-budget, 2026-11-27-depth-rule), so `TrainConfig.shallow_below_passes`
+(which the CPU first run sets) lets a new run choose its depth before it starts, from its length and, for a
+time budget, a step timed on this machine. A GPU's first run has steps to spare at the CPU's size, so
+`TrainConfig.min_planned_steps` (which the GPU first run sets) times one step of each shape of
+`recipes.GPU_SHAPES` on the device and trains the largest that leaves that many steps in the budget.
 """
 
 from __future__ import annotations
@@ -16,7 +19,68 @@ from nanobert.device import choose_precision, step_seconds
 from nanobert.distributed import Distributed
 from nanobert.engine import precision_step, shape_key
 from nanobert.objectives import objective_of
+from nanobert.recipes import GPU_SHAPES, MODEL_PRESETS
 from nanobert.streams import BatchStream
+
+
+def choose_size(
+    ctx: Distributed, device: torch.device, cfg: TrainConfig, model: torch.nn.Module, stream: BatchStream
+) -> tuple[torch.nn.Module, str | None]:
+    """`model`, or a fresh one of the size the run's config asks to choose (`choose_shape`, then
+    `choose_depth`), and a sentence saying which and why, "shape ..." or "depth ..." (None when nothing was
+    left to choose)."""
+    model, shape = choose_shape(ctx, device, cfg, model)
+    model, depth = choose_depth(ctx, device, cfg, model, stream)
+    return model, f"shape {shape}" if shape else f"depth {depth}" if depth else None
+
+
+def time_step(ctx: Distributed, device: torch.device, cfg: TrainConfig, model: torch.nn.Module) -> float:
+    """Seconds of one forward and backward of `model` on a full batch in the run's precision, timed on rank 0
+    (the same answer for every rank)."""
+    objective = objective_of(cfg)
+    sample = objective.sample(cfg, model.config.vocab_size)
+    step = precision_step(model, objective.loss, sample, device)
+
+    def timed() -> float:
+        dtype, _ = choose_precision(cfg.precision, device, step, shape_key(model, sample, cfg.objective))
+        return step_seconds(step, dtype)
+
+    return ctx.on_main(timed)
+
+
+def _fresh(ctx: Distributed, device: torch.device, cfg: TrainConfig, config) -> torch.nn.Module:
+    """A new model of `config`, initialised as a run asking for that shape would be (torch's global RNG
+    re-seeded with `cfg.seed`, the same draws; other ranks then their own dropout seed)."""
+    torch.manual_seed(cfg.seed)
+    model = objective_of(cfg).model(config).to(device)
+    ctx.seed_dropout(cfg.seed)
+    return model
+
+
+def choose_shape(
+    ctx: Distributed, device: torch.device, cfg: TrainConfig, model: torch.nn.Module
+) -> tuple[torch.nn.Module, str | None]:
+    """The largest shape of `GPU_SHAPES` whose timed step leaves `cfg.min_planned_steps` steps in the time
+    budget (the smallest when none does), as a fresh model, and why; `model` and None when the field or the
+    time budget is None."""
+    if cfg.min_planned_steps is None or cfg.time_budget is None:
+        return model, None
+    timings = []
+    for name in GPU_SHAPES:
+        config = dataclasses.replace(model.config, **MODEL_PRESETS[name])
+        candidate = objective_of(cfg).model(config).to(device)
+        seconds = time_step(ctx, device, cfg, candidate)
+        del candidate
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        steps = cfg.time_budget / seconds
+        timings.append(f"{name} {seconds * 1e3:.0f} ms a step, ~{steps:,.0f} steps")
+        if steps >= cfg.min_planned_steps:
+            break
+    why = f"{'; '.join(timings)} in {cfg.time_budget:.0f} s; the largest with {cfg.min_planned_steps:,} steps"
+    c = config
+    shape = f"{name}: {c.num_hidden_layers} layers of {c.hidden_size}, {c.num_attention_heads} heads"
+    return _fresh(ctx, device, cfg, config), f"{shape} (auto: {why})"
 
 
 def choose_depth(
@@ -24,28 +88,16 @@ def choose_depth(
 ) -> tuple[torch.nn.Module, str | None]:
     """`model`, or a fresh one with half its layers where the plan gives it fewer than
     `cfg.shallow_below_passes` passes over the corpus, and a sentence saying which and why (None when that
-    field is None: the layers as configured).
-
-    A time budget's steps come from one forward and backward of `model` on a full batch in the run's
-    precision, timed here on rank 0. The shallow model is initialised as a run asking for its depth would be
-    (torch's global RNG re-seeded with `cfg.seed`, the same draws; other ranks then their own dropout seed).
-    """
+    field is None: the layers as configured). A time budget's steps come from `time_step`."""
     if cfg.shallow_below_passes is None:
         return model, None
     steps_per_epoch = stream.steps_per_epoch()
-    objective, layers = objective_of(cfg), model.config.num_hidden_layers
+    layers = model.config.num_hidden_layers
     if cfg.time_budget is None:
         steps = cfg.max_steps or cfg.epochs * steps_per_epoch
         how = f"{steps:,.0f} steps"
     else:
-        sample = objective.sample(cfg, model.config.vocab_size)
-        step = precision_step(model, objective.loss, sample, device)
-
-        def timed() -> float:
-            dtype, _ = choose_precision(cfg.precision, device, step, shape_key(model, sample, cfg.objective))
-            return step_seconds(step, dtype)
-
-        seconds = ctx.on_main(timed)
+        seconds = time_step(ctx, device, cfg, model)
         steps = cfg.time_budget / seconds
         how = f"~{steps:,.0f} steps in {cfg.time_budget:.0f} s at {seconds * 1e3:.0f} ms a step"
     passes = steps / steps_per_epoch
@@ -55,13 +107,11 @@ def choose_depth(
     threshold = f"{cfg.shallow_below_passes:g} passes"
     if passes >= cfg.shallow_below_passes or layers < 2:
         return model, f"{layers} layers (auto: {why}; at least {threshold})"
-    torch.manual_seed(cfg.seed)
-    shallow = objective.model(dataclasses.replace(model.config, num_hidden_layers=layers // 2)).to(device)
-    ctx.seed_dropout(cfg.seed)
+    shallow = _fresh(ctx, device, cfg, dataclasses.replace(model.config, num_hidden_layers=layers // 2))
     return (
         shallow,
         f"{layers // 2} layers (auto: {why}; below {threshold} half the layers learn more in the same time)",
     )
 
 
-__all__ = ["choose_depth"]
+__all__ = ["choose_depth", "choose_shape", "choose_size", "time_step"]

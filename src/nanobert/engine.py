@@ -449,6 +449,8 @@ def precision_step(
         with autocast(device, dtype):
             value = loss(model, {k: v.to(device) for k, v in batch.items()})["loss"]
         value.backward()
+        if device.type == "cuda":  # the kernels run asynchronously: a timed step ends when they have
+            torch.cuda.synchronize(device)
         model.zero_grad(set_to_none=True)
         torch.set_rng_state(states["torch"])
         if "cuda" in states:

@@ -5,10 +5,12 @@ builds a run's configs from one (`build_configs`). The first run with no options
 every other choice in one place, and its log says each one:
 
 - **the recipe**: `toy` for the toy corpus; on a CPU `wikitext2-cpu`, the measured recipe for few cores;
-  on a GPU `small`;
+  on a GPU `wikitext2-gpu`, its start at a batch that keeps a GPU busy;
 - **the length**: `DEFAULT_BUDGET` seconds (about 15 minutes on a laptop CPU, 3 on a GPU);
 - **the depth** (CPU recipe): half the layers where the plan gives four fewer than `DEPTH_PASSES` passes over
   the corpus, a step timed on this machine (`depth.choose_depth`);
+- **the shape** (GPU recipe): the largest of `GPU_SHAPES` whose step, timed on the device, leaves
+  `GPU_MIN_STEPS` steps in the budget (`depth.choose_shape`);
 - **the precision**: fp32 or bf16 autocast, whichever a timed step says is faster here
   (`device.choose_precision`; bf16 on a GPU).
 
@@ -58,6 +60,27 @@ PRESETS: dict[str, dict[str, Any]] = {
             mask_prob=0.45,
             time_budget=1800.0,
             eval_interval=500,
+            log_interval=50,
+            best_margin=0.006,
+        ),
+    },
+    # The first run on a GPU: the CPU recipe's start and masking at a batch that keeps a GPU busy (128 rows
+    # of 128 tokens) and BERT-small's rate; the shape is the one `GPU_SHAPES` timing picks. Not yet measured
+    # on a GPU: gpu_check.py's first item measures exactly this run.
+    "wikitext2-gpu": {
+        "model": dict(
+            MODEL_PRESETS["small"],
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            position_embedding_init="sinusoidal",
+            position_embedding_scale=3.0,
+        ),
+        "train": dict(
+            batch_size=128,
+            learning_rate=5e-4,
+            mask_prob=0.45,
+            time_budget=180.0,
+            eval_interval=250,
             log_interval=50,
             best_margin=0.006,
         ),
@@ -130,6 +153,11 @@ DEFAULT_BUDGET = {"cpu": 900.0, "cuda": 180.0}
 # The CPU recipe's four layers pay for their slower steps only with passes over the corpus: they lost to two
 # layers at a few passes and won from ~100 (records 2026-11-25-depth-at-a-slow-budget, 2026-11-27-depth-rule).
 DEPTH_PASSES = 100.0
+# The GPU first run's shapes, largest first: it trains the largest whose step, timed on the device, leaves
+# GPU_MIN_STEPS steps in its budget (on the CPU the recipe leaves the frequent-words plateau within ~500
+# steps and keeps climbing to a few thousand: records 2026-11-29-plateau-screens, 2026-11-29-step-protocol).
+GPU_SHAPES = ("medium", "small", "mini")
+GPU_MIN_STEPS = 3000
 
 
 def new_run_configs(
@@ -142,18 +170,23 @@ def new_run_configs(
     """The configs of a new run: (model config, train config, preset name, a note for the user or None).
 
     With no preset: `toy` for the toy corpus, the measured CPU recipe on a CPU (its tiny shape makes the
-    most of few cores), `small` on a GPU, and a first-run length of `DEFAULT_BUDGET` seconds. A run whose
-    length nobody chose gets that budget too. The CPU recipe without `--preset` leaves its depth to the
-    passes the run can make (`shallow_below_passes=DEPTH_PASSES`) unless the layers or that threshold are
-    set. The note says what was chosen when the user did not.
+    most of few cores), its GPU counterpart on a GPU, and a first-run length of `DEFAULT_BUDGET` seconds.
+    A run whose length nobody chose gets that budget too. The CPU recipe without `--preset` leaves its depth
+    to the passes the run can make (`shallow_below_passes=DEPTH_PASSES`) unless the layers or that threshold
+    are set; the GPU recipe leaves its shape to the steps the device makes (`min_planned_steps=GPU_MIN_STEPS`)
+    unless a shape field or that threshold is set. The note says what was chosen when the user did not.
     """
-    chosen = preset or ("toy" if data == "toy" else "wikitext2-cpu" if device_type == "cpu" else "small")
+    recipe = "wikitext2-cpu" if device_type == "cpu" else "wikitext2-gpu"
+    chosen = preset or ("toy" if data == "toy" else recipe)
     train_overrides = dict(train_overrides)
     if not preset and chosen != "toy" and not set(LENGTH_FIELDS) & set(train_overrides):
         train_overrides["time_budget"] = DEFAULT_BUDGET[device_type]
-    depth_free = not {"num_hidden_layers", "shallow_below_passes"} & {*model_overrides, *train_overrides}
-    if not preset and chosen == "wikitext2-cpu" and depth_free:
+    given = {*model_overrides, *train_overrides}
+    if not preset and chosen == "wikitext2-cpu" and not {"num_hidden_layers", "shallow_below_passes"} & given:
         train_overrides["shallow_below_passes"] = DEPTH_PASSES
+    shape_fields = {"num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size"}
+    if not preset and chosen == "wikitext2-gpu" and not {*shape_fields, "min_planned_steps"} & given:
+        train_overrides["min_planned_steps"] = GPU_MIN_STEPS
     model_config, train_config = build_configs(chosen, model_overrides, train_overrides)
     has_length = any(getattr(train_config, n) is not None for n in LENGTH_FIELDS)
     if not has_length:
@@ -171,6 +204,9 @@ def new_run_configs(
     if train_config.shallow_below_passes is not None:
         layers = model_config.num_hidden_layers
         depth = f", {layers} layers or {max(1, layers // 2)} by the passes over the corpus it allows"
+    if train_config.min_planned_steps is not None:
+        shapes = " / ".join(GPU_SHAPES)
+        depth = f", the largest shape of {shapes} that makes {train_config.min_planned_steps:,} steps in it"
     note = (
         f"preset {chosen!r} on {device_type} for {length}{depth} "
         "(choose with --preset and --max-steps/--epochs/--time-budget)"
@@ -181,6 +217,8 @@ def new_run_configs(
 __all__ = [
     "DEFAULT_BUDGET",
     "DEPTH_PASSES",
+    "GPU_MIN_STEPS",
+    "GPU_SHAPES",
     "LENGTH_FIELDS",
     "MODEL_PRESETS",
     "PRESETS",

@@ -47,7 +47,7 @@ from nanobert.checkpoint import (
     wrong_kind,
 )
 from nanobert.config import ModelConfig, TrainConfig, config_from_dict
-from nanobert.depth import choose_depth
+from nanobert.depth import choose_size
 from nanobert.device import autocast_dtype, choose_precision, hardware_description, resolve_device
 from nanobert.distributed import Distributed, from_environment
 from nanobert.engine import (
@@ -91,7 +91,7 @@ class _Setup:
     counts: tuple[int, int]  # training documents and sentences
     resume: Path | None = None
     resume_state: dict | None = None
-    depth_note: str | None = None  # how `shallow_below_passes` chose the depth
+    size_note: str | None = None  # how the run chose its size (`depth.choose_size`)
 
 
 def pretrain(
@@ -185,12 +185,12 @@ def _setup(
     )
     if resume_state is not None:
         _refuse_a_finished_run(resume, resume_state, _plan(cfg, stream, None))
-    model, depth_note = (data.model, None) if resume else choose_depth(ctx, device, cfg, data.model, stream)
+    model, size_note = (data.model, None) if resume else choose_size(ctx, device, cfg, data.model, stream)
     if ctx.is_main and not in_place:
         prepare_out_dir(out_dir, overwrite, need=checkpoint_bytes(model, trainer_state=True))
     return _Setup(
         ctx, device, cfg, objective, sources, out_dir, model, data.tokenizer, stream, held_out,
-        data.note, data.counts, resume, resume_state, depth_note,
+        data.note, data.counts, resume, resume_state, size_note,
     )  # fmt: skip
 
 
@@ -363,8 +363,8 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
     )
     log = RunLog(s.out_dir, plan.total_steps, run.step, quiet, write=s.ctx.is_main)
     log.say(f"nanobert: precision {why}")
-    if s.depth_note:
-        log.say(f"nanobert: depth {s.depth_note}")
+    if s.size_note:
+        log.say(f"nanobert: {s.size_note}")
     if s.resume is not None:
         _continue_records(s, run, log)
     return job, plan, run, log
