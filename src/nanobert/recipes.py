@@ -43,7 +43,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     # (2026-11-25-four-layer-preset; the first run halves them on a large corpus, 2026-11-27-depth-rule); 45%
     # training masking, held-out figures still masking 15% (2026-11-25-masking-rate-and-batch); no dropout,
     # which only slowed a model this small (2026-11-24-preset-dropout-off); sinusoidal position rows at 3x the
-    # token rows' spread, so attention finds word order sooner (2026-11-25-preset-position-scale-3); lr 1e-3
+    # token rows' spread, so attention finds word order sooner (2026-11-25-preset-position-scale-3), and keys
+    # that start as copies of the queries, so attention reads the neighbours from step 0 and leaves the
+    # frequent-words plateau within ~500 steps instead of ~2,000 (2026-11-29-plateau-screens); lr 1e-3
     # (2026-11-23-tiny-leaves-the-plateau); an evaluation every 500 steps keeps it under 5% of the budget;
     # best_margin about one standard error of the held-out accuracy (2026-11-26-best-margin).
     "wikitext2-cpu": {
@@ -54,6 +56,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             attention_probs_dropout_prob=0.0,
             position_embedding_init="sinusoidal",
             position_embedding_scale=3.0,
+            attention_init="mimetic",
         ),
         "train": dict(
             learning_rate=1e-3,
@@ -74,6 +77,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             attention_probs_dropout_prob=0.0,
             position_embedding_init="sinusoidal",
             position_embedding_scale=3.0,
+            attention_init="mimetic",
         ),
         "train": dict(
             batch_size=128,
