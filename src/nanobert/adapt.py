@@ -5,7 +5,7 @@ a task's training set (TAPT) before fine-tuning, and find it helps most where th
 task differ. Ours differ a lot: the CPU recipe pretrains on 217k words of Wikipedia, and SST-2's training
 file holds 67k phrases from film reviews (935k word pieces), in a vocabulary whose sentiment words the
 pretraining text rarely uses. Five epochs of it lift SST-2 dev accuracy from the CPU preset's checkpoints
-from 0.801 to 0.816 (9 runs, every one better; TREC-6 +0.016; benchmarks/README.md).
+on every run measured, TREC-6 too (records 2026-11-26-task-adaptive-pretraining, 2026-11-26-trec-adaptation).
 
 `adapt_encoder` trains the checkpoint's BertForPreTraining on the task's encoded training rows, masked the
 standard way (15%, 80/10/10, a fresh draw every batch; the [CLS] A [SEP] (B [SEP]) layout the task uses;

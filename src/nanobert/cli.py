@@ -327,7 +327,7 @@ def _add_finetune(sub) -> None:
         "--adapt-epochs",
         type=int,
         help="first, epochs of masked-LM on the training file's own text (task-adaptive pretraining); "
-        "default 0 (off); 5 lifts SST-2 (benchmarks/README.md)",
+        "default 0 (off); 5 lifts SST-2 (benchmarks/records/2026-11-26-task-adaptive-pretraining)",
     )
     p.add_argument(
         "--adapt-learning-rate", type=float, help="peak learning rate of --adapt-epochs, default 5e-4"

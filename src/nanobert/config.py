@@ -29,8 +29,8 @@ class ModelConfig:
     intermediate_size: int = 1024  # 4x hidden, as in BERT
     # "gelu": exact (erf) GELU, the activation of the original BERT and of transformers. "geglu": the gated
     # feed-forward of Shazeer (2020), GELU(x W) * (x V), with W and V both H -> intermediate_size (so 1.5x the
-    # feed-forward's weights and work); transformers' BERT has no such layer, so it cannot be exported. On the
-    # CPU recipe a step costs 1.16x and at equal time it tied the plain GELU (benchmarks/README.md, Round 8).
+    # feed-forward's weights and work); transformers' BERT has no such layer, so it cannot be exported. At
+    # equal CPU time it tied the plain GELU (record 2026-11-25-geglu-and-no-bias).
     hidden_act: str = "gelu"
     hidden_dropout_prob: float = 0.1
     attention_probs_dropout_prob: float = 0.1
@@ -43,8 +43,8 @@ class ModelConfig:
     # any weight. "normal" is BERT's init.
     position_embedding_init: str = "normal"
     # The position table's initial spread in units of initializer_range. At 3, position outweighs the token
-    # in the first LayerNorm, and on the CPU recipe every seed screened left the unigram plateau by step
-    # 1,000, against 1,500-3,500 at 1 (benchmarks/README.md, round 5).
+    # in the first LayerNorm, and the CPU recipe left the frequent-words plateau sooner on every seed
+    # (record 2026-11-25-position-scale).
     position_embedding_scale: float = 1.0
     # "mimetic": each head's key projection starts as a copy of its query projection (Trockman & Kolter 2023,
     # "Mimetic Initialization of Self-Attention Layers"), so from step 0 a token attends to the tokens most
@@ -280,49 +280,39 @@ class FinetuneConfig:
     """One fine-tuning run; defaults are the ones behind the SST-2 and TREC-6 numbers in benchmarks/."""
 
     # None: 3 epochs (BERT's GLUE recipe), or more for a small training set, so that fine-tuning makes at
-    # least `min_steps` steps (at most `max_default_epochs` epochs). From the default-scale checkpoint,
-    # STS-B (5,749 pairs, 180 steps an epoch) was still climbing after 3 epochs (dev Pearson 0.21) and
-    # levelled off near 0.45 from epoch 4-6 of 10 (benchmarks/README.md, issue 38); SST-2 (67k sentences)
-    # keeps its 3.
+    # least `min_steps` steps (at most `max_default_epochs` epochs): STS-B's 5,749 pairs were still climbing
+    # after 3 epochs (record 2026-11-27-sts-b-epochs-and-dropout); SST-2's 67k sentences keep their 3.
     epochs: int | None = None
     min_steps: int = 1500
     max_default_epochs: int = 10
     batch_size: int = 32
     # BERT's paper searched 2e-5..5e-5 for BERT-base; Google's small-BERT release (BERT-Mini and friends)
-    # searched {3e-4, 1e-4, 5e-5, 3e-5}; small encoders favour the upper end. Measured for the shapes we ship
-    # (benchmarks/README.md, 2-layer CPU preset): SST-2 dev 0.801 at 3e-4 against 0.795 at 1e-4 and 0.790 at
-    # 1e-3; TREC-6 0.852 at 3e-4 against 0.810 at 1e-4; and at 1e-4 a 400-example separable task stayed at
-    # chance after 5 epochs where 3e-4 learned it.
+    # searched {3e-4, 1e-4, 5e-5, 3e-5}; small encoders favour the upper end, and 3e-4 beat 1e-4 and 1e-3 on
+    # SST-2 and TREC-6 for the shapes we ship (record 2026-11-23-sst2-and-trec).
     learning_rate: float = 3e-4
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01  # not applied to biases and LayerNorm weights
     # Layer-wise learning-rate decay (ELECTRA's fine-tuning recipe): the pooler and head train at
     # learning_rate, each encoder layer below at `layer_lr_decay` times the one above, the embeddings last.
     # Below 1 it keeps more of what pretraining put in the lower layers; 1.0 = one learning rate. From the
-    # CPU preset's 30-minute checkpoint, SST-2 dev (fine-tuning seeds 1-3) is 0.810 at 0.8 against 0.796 at
-    # 1.0, every seed better; but at 0.8 the 400-example separable task of tests/test_finetune.py stays at
-    # chance from a 300-step checkpoint (the embeddings learn too slowly), so the default stays 1.0.
+    # CPU preset's checkpoints 0.8 lifts SST-2 (record 2026-11-26-sst2-fine-tuning-settings), but a barely
+    # pretrained checkpoint's embeddings then learn too slowly (tests/test_finetune.py), so it stays 1.0.
     layer_lr_decay: float = 1.0
     # Hidden and attention dropout while fine-tuning. None: the task's measured default (`Task.dropout`):
     # what the checkpoint was pretrained with (the CPU recipe: none) for regression and question answering,
-    # BERT's 0.1 for sentence classification. Measured from no-dropout checkpoints: STS-B dev Pearson 0.211
-    # at 0 against 0.190 at 0.1 (one seed; small beside the seed's spread, benchmarks/README.md), SQuAD's
-    # best run used `--dropout 0` (with layer-wise decay, +2.2 F1 together); SST-2 loses without dropout
-    # (0.776 at 0 against 0.807 / 0.799 at 0.1 / 0.2).
+    # BERT's 0.1 for sentence classification, which loses without it (records
+    # 2026-11-27-sts-b-epochs-and-dropout, 2026-11-26-sst2-fine-tuning-settings).
     dropout: float | None = None
     # Start the pooler (tanh(dense([CLS])), which the head reads) from fresh weights instead of the
     # checkpoint's. None: the task's measured default (`Task.fresh_pooler`): fresh for regression, the
-    # checkpoint's for classification. Pretraining trains the pooler for NSP only; from the default-scale
-    # checkpoint one STS-B fine-tuning seed in four (seed 3) stayed near dev Pearson 0.24 with it, and took
-    # off with a fresh pooler (0.541), or with another seed's head; SST-2 lost with a fresh one (0.804 / 0.806
-    # against 0.819 / 0.811, seeds 1-2; benchmarks/README.md, *STS-B: the stalled seed*).
+    # checkpoint's for classification. Pretraining trains the pooler for NSP only: with it one STS-B seed in
+    # four stalled, and SST-2 lost with a fresh one (record 2026-11-27-sts-b-head-and-pooler).
     fresh_pooler: bool | None = None
     # Read every training pair both ways (A-B and B-A, twice the rows) and score each dev, test or predicted
     # pair as the mean of the two readings: for a symmetric task, where the order of the two texts carries
     # nothing (similarity, paraphrase). None: the task's default (`Task.symmetric_pairs`): on for
-    # sentence-pair regression, off otherwise. From the default-scale 30-minute checkpoint, STS-B dev
-    # Pearson rose from 0.459 / 0.485 / 0.471 to 0.512 / 0.510 / 0.546 (fine-tuning seeds 1-3, every one
-    # better; benchmarks/README.md, *STS-B's pairs read both ways*).
+    # sentence-pair regression, off otherwise: STS-B rose on every fine-tuning seed (record
+    # 2026-11-27-sts-b-pairs-both-ways).
     symmetric_pairs: bool | None = None
     adam_eps: float = 1e-6  # BERT's value
     grad_clip: float = 1.0

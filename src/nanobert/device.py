@@ -52,7 +52,7 @@ def keep_freed_memory() -> bool:
 
     By default a multi-megabyte tensor (a weight's bf16 copy, an embedding gradient, an optimizer temporary)
     gets fresh pages every step, and touching them cost 20% of a `mini` bf16 step and a third of the CPU
-    preset's (benchmarks/README.md, Throughput). The process then keeps memory it has used; it does not use
+    preset's (record 2026-11-25-faster-cpu-step). The process then keeps memory it has used; it does not use
     more. A no-op returning False where the C library has no mallopt (macOS, musl)."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
@@ -73,7 +73,8 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype: bf16 when asked for, or for "auto" where bf16 is fast; None means fp32.
 
     "auto" is bf16 on CUDA and on a CPU with native bf16 matmuls (AVX512-BF16 or AMX), where bf16 autocast
-    about doubles training speed (benchmarks/README.md); elsewhere oneDNN emulates bf16, slower than fp32.
+    about doubles training speed (record 2026-11-23-cpu-throughput-first); elsewhere oneDNN emulates bf16,
+    slower than fp32.
     """
     native = device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16())
     if precision == "bf16" and not native:

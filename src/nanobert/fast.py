@@ -8,8 +8,8 @@
   ignored, computed in chunks of rows without the (N, V) logits by a custom autograd function
   (`_LinearCrossEntropy`): the same loss and gradients within rounding.
 
-Each was measured faster on a 2-core CPU (benchmarks/README.md, Throughput); tests/test_fast.py holds each to
-the call it replaces.
+Each was measured faster on a 2-core CPU (records 2026-11-25-cpu-throughput-bf16, 2026-11-25-faster-cpu-step);
+tests/test_fast.py holds each to the call it replaces.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     faster on the CPU.
 
     torch's CPU dropout draws one Mersenne-Twister number per element on one thread: 22% of a bf16 training
-    step of the `mini` benchmark (benchmarks/README.md, Throughput). Here one 64-bit draw of numpy's SFC64
-    generator gives four 16-bit numbers, each kept when >= round(p * 2^16), so p is exact to 1/65,536. The
-    generator is seeded from torch's, so `torch.manual_seed` and an exact resume still fix every mask. CUDA,
-    compiled graphs and other dtypes keep F.dropout.
+    step of the `mini` benchmark (record 2026-11-25-cpu-throughput-bf16). Here one 64-bit draw of numpy's
+    SFC64 generator gives four 16-bit numbers, each kept when >= round(p * 2^16), so p is exact to 1/65,536.
+    The generator is seeded from torch's, so `torch.manual_seed` and an exact resume still fix every mask.
+    CUDA, compiled graphs and other dtypes keep F.dropout.
     """
     if not training or p == 0.0:
         return x
@@ -76,8 +76,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
     gradients are computed right away in the forward pass and the backward only scales them.
 
     The vocabulary projection is the largest matrix multiply of a small BERT and its softmax the largest
-    elementwise op; chunked, they stay in cache (measured 1.6-1.8x faster than linear + cross_entropy on a
-    2-core CPU, benchmarks/README.md). The numbers are the same: logits in `dtype` (bf16 under autocast),
+    elementwise op; chunked, they stay in cache (faster than linear + cross_entropy on a 2-core CPU, record
+    2026-11-24-cpu-throughput-avx2). The numbers are the same: logits in `dtype` (bf16 under autocast),
     softmax and loss in fp32, gradients summed in fp32.
     """
 
