@@ -6,7 +6,7 @@ evaluation, checkpoints, resume, data parallelism, the precision and depth choic
 `toy` preset's, so this is `nanobert pretrain --data toy` in fp32: tests/test_pretrain_minimal.py holds its
 first 20 losses to the engine's.
 
-    python examples/pretrain_minimal.py                      # the toy corpus: 800 steps, under a minute
+    python examples/pretrain_minimal.py                      # the toy corpus: 1,000 steps, under a minute
     python examples/pretrain_minimal.py --data my_text.txt --steps 3000 --vocab-size 4000
 
 Read src/nanobert/model.py for the model, and src/nanobert/engine.py for what the full loop adds.
@@ -39,7 +39,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=32)
     # NSP instance sets per epoch: the toy corpus gives only ~8 pairs a set
     p.add_argument("--dupe-factor", type=int, default=4)
-    p.add_argument("--steps", type=int, default=800)
+    p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--warmup", type=float, default=0.05, help="share of the steps warming up")
     p.add_argument("--stop-after", type=int, help="end after this many steps, the schedule unchanged")

@@ -100,7 +100,7 @@ def test_preset_configs_sets_fields_of_either_config_by_keyword():
     model, train = preset_configs("toy", max_steps=12, hidden_size=64, num_attention_heads=4, vocab_size=150)
     assert (model.hidden_size, model.num_attention_heads, model.num_hidden_layers) == (64, 4, 2)
     assert (train.max_steps, train.vocab_size, train.batch_size) == (12, 150, 32)  # the rest: the preset's
-    _, train = preset_configs("toy", time_budget=5.0)  # a length replaces the preset's 800 steps
+    _, train = preset_configs("toy", time_budget=5.0)  # a length replaces the preset's 1,000 steps
     assert train.time_budget == 5.0 and train.max_steps is None
     with pytest.raises(NanobertError, match="unknown config field.*hidden_sise"):
         preset_configs("toy", hidden_sise=64)
