@@ -18,6 +18,19 @@ def test_lr_schedule_is_warmup_then_linear_decay():
     assert lr_multiplier(0.5, 0.0) == pytest.approx(0.5)
 
 
+def test_decay_ratio_holds_the_peak_until_the_last_share_of_the_run():
+    """Warmup-stable-decay: after the warmup the rate holds at 1 until the last decay_ratio of the run,
+    then falls linearly to min_lr_ratio; decay_ratio 1 is BERT's schedule exactly."""
+    for p in (0.0, 0.05, 0.1, 0.3, 0.55, 0.99, 1.0):
+        assert lr_multiplier(p, 0.1, 0.0, 1.0) == lr_multiplier(p, 0.1)
+    assert lr_multiplier(0.05, 0.1, 0.0, 0.3) == pytest.approx(0.5)  # the warmup as before
+    assert lr_multiplier(0.5, 0.1, 0.0, 0.3) == 1.0 == lr_multiplier(0.7, 0.1, 0.0, 0.3)
+    assert lr_multiplier(0.85, 0.1, 0.0, 0.3) == pytest.approx(0.5)
+    assert lr_multiplier(1.0, 0.1, 0.2, 0.3) == pytest.approx(0.2)
+    assert lr_multiplier(0.6, 0.6, 0.0, 0.9) == pytest.approx(1.0)  # a decay longer than what is left
+    assert lr_multiplier(0.8, 0.6, 0.0, 0.9) == pytest.approx(0.5)  # starts when the warmup ends
+
+
 def test_no_weight_decay_on_biases_and_layer_norm(tiny_config):
     model = BertForPreTraining(tiny_config)
     decay, no_decay = parameter_groups(model, 0.01)

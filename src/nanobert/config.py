@@ -143,6 +143,9 @@ class TrainConfig:
     adam_eps: float = 1e-6
     warmup_ratio: float = 0.06  # share of the planned steps spent warming up linearly
     min_lr_ratio: float = 0.0  # the linear decay ends at learning_rate * min_lr_ratio
+    # the share of the run the linear decay spans, at its end (1: all of it after the warmup, BERT's); before
+    # it the rate holds at its peak (a warmup-stable-decay schedule)
+    decay_ratio: float = 1.0
     grad_clip: float = 1.0
     # length (at most one set; none set means the preset's choice)
     max_steps: int | None = None
@@ -209,6 +212,7 @@ class TrainConfig:
                 ("adam_beta1", 0.0 <= self.adam_beta1 < 1.0, "in [0, 1)"),
                 ("adam_beta2", 0.0 <= self.adam_beta2 < 1.0, "in [0, 1)"),
                 ("min_lr_ratio", 0.0 <= self.min_lr_ratio <= 1.0, "in [0, 1]"),
+                ("decay_ratio", 0.0 < self.decay_ratio <= 1.0, "in (0, 1]"),
                 (
                     "early_stopping_patience",
                     self.early_stopping_patience is None or self.early_stopping_patience >= 1,

@@ -132,6 +132,7 @@ class Plan:
     total_steps: int | None = None
     time_budget: float | None = None  # seconds; the schedule then follows elapsed time
     min_lr_ratio: float = 0.0
+    decay_ratio: float = 1.0  # the share of the run the decay spans, at its end (`optim.lr_multiplier`)
     grad_accum_steps: int = 1
     grad_clip: float = 1.0
     log_interval: int = 20
@@ -246,7 +247,7 @@ def _train(loop: _Loop) -> tuple[str, bool]:
             return reason, signalled
         # learning rate for this step, from the fraction of the plan done
         done = plan.progress(run.step, elapsed)
-        lr = plan.learning_rate * lr_multiplier(done, plan.warmup_ratio, plan.min_lr_ratio)
+        lr = plan.learning_rate * lr_multiplier(done, plan.warmup_ratio, plan.min_lr_ratio, plan.decay_ratio)
         set_learning_rate(job.optimizer, lr)
         if job.on_progress is not None:  # e.g. the data's sequence-length schedule
             job.on_progress(done)

@@ -13,8 +13,11 @@ import torch
 from torch import nn
 
 
-def lr_multiplier(progress: float, warmup_ratio: float, min_lr_ratio: float = 0.0) -> float:
-    """Linear warmup to 1 over the first `warmup_ratio` of training, then linear decay to `min_lr_ratio`.
+def lr_multiplier(
+    progress: float, warmup_ratio: float, min_lr_ratio: float = 0.0, decay_ratio: float = 1.0
+) -> float:
+    """Linear warmup to 1 over the first `warmup_ratio` of training, 1 until the last `decay_ratio` of it,
+    then linear decay to `min_lr_ratio` (decay_ratio 1: the decay starts when the warmup ends, BERT's).
 
     `progress` is the fraction of the run done: steps over planned steps, or seconds over the time budget,
     which is how the schedule adapts when a time budget sets the length.
@@ -22,7 +25,10 @@ def lr_multiplier(progress: float, warmup_ratio: float, min_lr_ratio: float = 0.
     progress = min(max(progress, 0.0), 1.0)
     if warmup_ratio > 0 and progress < warmup_ratio:
         return progress / warmup_ratio
-    decay = (1.0 - progress) / max(1.0 - warmup_ratio, 1e-12)
+    start = max(warmup_ratio, 1.0 - decay_ratio)  # where the decay begins
+    if progress < start:
+        return 1.0
+    decay = (1.0 - progress) / max(1.0 - start, 1e-12)
     return min_lr_ratio + (1.0 - min_lr_ratio) * decay
 
 

@@ -303,6 +303,7 @@ def _plan(cfg: TrainConfig, stream: BatchStream, stop_after: int | None) -> Plan
         total_steps=total_steps,
         time_budget=cfg.time_budget if total_steps is None else None,
         min_lr_ratio=cfg.min_lr_ratio,
+        decay_ratio=cfg.decay_ratio,
         grad_accum_steps=cfg.grad_accum_steps,
         grad_clip=cfg.grad_clip,
         log_interval=cfg.log_interval,
