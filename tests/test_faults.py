@@ -68,7 +68,8 @@ def train_steps(run: Path) -> list[int]:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_saves_a_resumable_checkpoint_and_exits_128_plus_it(data, tmp_path, sig):
-    """A stopped run is not a finished one: exit 143 for SIGTERM, 130 for SIGINT (docs/scale-and-faults.md), not 0."""
+    """A stopped run is not a finished one: exit 143 for SIGTERM, 130 for SIGINT, not 0
+    (docs/scale-and-faults.md)."""
     run = tmp_path / "run"
     proc = start(data, run, "--max-steps", "100000", "--set", *TINY_SET, "eval_interval=100000")
     try:

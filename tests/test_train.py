@@ -153,10 +153,28 @@ def test_toy_corpus_is_memorised(tmp_path, capsys, threads):
         torch.set_num_threads(before)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["best"]["step"] == json.loads((run / "best" / "config.json").read_text())["step"]
-    assert summary["best_reason"] and "nanobert: best/ is step" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert summary["best_reason"] and "nanobert: best/ is step" in err and "not learned yet" not in err
     assert main(["evaluate", str(run / "best"), "--device", "cpu"]) == 0
     metrics = json.loads(capsys.readouterr().out)
     assert metrics["mlm_accuracy"] >= 0.95 and metrics["nsp_accuracy"] >= 0.95, metrics
+
+
+def test_the_log_says_when_next_sentence_is_not_learned_yet():
+    """A head that answers one label for every pair scores the majority label's share: the run's last lines
+    say so and what to do, instead of leaving a user to read 0.57 as a weak model."""
+    from nanobert.held_out import nsp_not_learned
+
+    batches = [
+        {"next_sentence_label": torch.tensor([0, 0, 1])},
+        {"next_sentence_label": torch.tensor([0, 1, 0, 0])},
+    ]
+    note = nsp_not_learned({"step": 9, "nsp_accuracy": 0.70}, batches)  # 5 of 7 pairs follow: 0.714
+    assert note and "0.700" in note and "0.714" in note and "--time-budget" in note
+    assert nsp_not_learned({"step": 9, "nsp_accuracy": 0.35}, batches)  # worse than one label: not learned
+    assert nsp_not_learned({"step": 9, "nsp_accuracy": 0.75}, batches) is None  # above the share + 0.02
+    assert nsp_not_learned({"step": 9, "lm_accuracy": 0.5}, batches) is None  # no NSP figure (causal)
+    assert nsp_not_learned(None, batches) is None and nsp_not_learned({"nsp_accuracy": 0.5}, []) is None
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -171,6 +171,29 @@ def causal_lm_metrics(
     return {"lm_loss": loss, "lm_accuracy": lm.accuracy(), "lm_perplexity": perplexity(loss)}
 
 
+# NSP accuracy within this of the majority label's share: the head still answers one label for every pair.
+NSP_UNLEARNED_MARGIN = 0.02
+
+
+def nsp_not_learned(best: dict | None, batches: list[dict[str, torch.Tensor]]) -> str | None:
+    """Why best/'s next-sentence figure is what it is, when the head has not started learning: its accuracy
+    is no better than always answering the more common label of the held-out pairs. None when it has, or
+    when the run has no NSP figures. The recipe learns the masked words first and the pairs later: at the
+    default size NSP was still at the majority label after 3,220 steps (2026-11-29-step-protocol)."""
+    labels = [b["next_sentence_label"] for b in batches if "next_sentence_label" in b]
+    if not best or not isinstance(best.get("nsp_accuracy"), float) or not labels:
+        return None
+    share_random = torch.cat(labels).float().mean().item()
+    majority = max(share_random, 1.0 - share_random)
+    if best["nsp_accuracy"] > majority + NSP_UNLEARNED_MARGIN:
+        return None
+    return (
+        f"next sentence not learned yet: best/'s NSP accuracy {best['nsp_accuracy']:.3f} is what always "
+        f"answering the more common label scores ({majority:.3f} of the held-out pairs); the masked words "
+        "are learned first and the pairs later in a run, so train longer for them (--time-budget)"
+    )
+
+
 __all__ = [
     "CAUSAL_METRIC_KEYS",
     "EVAL_MASK_PROB",
@@ -178,6 +201,7 @@ __all__ = [
     "causal_lm_metrics",
     "eval_instances",
     "mlm_nsp_metrics",
+    "nsp_not_learned",
     "perplexity",
     "prepare_causal_eval_batches",
     "prepare_eval_batches",

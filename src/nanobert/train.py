@@ -62,6 +62,7 @@ from nanobert.engine import (
     shape_key,
 )
 from nanobert.errors import NanobertError
+from nanobert.held_out import nsp_not_learned
 from nanobert.model import BertForPreTraining, BertLMHeadModel
 from nanobert.objectives import OBJECTIVES, Objective, objective_of
 from nanobert.optim import build_optimizer
@@ -438,6 +439,8 @@ def _finish(
     )
     if run.best_step is not None:
         log.say(f"nanobert: best/ is step {run.best_step}: {run.best_reason}")
+        if note := nsp_not_learned(run.best(), s.eval_batches):
+            log.say(f"nanobert: {note}")
     if outcome.signalled:
         log.say(f"nanobert: resume with: nanobert pretrain --resume {s.out_dir / 'last'}")
     return summary
