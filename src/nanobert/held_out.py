@@ -179,7 +179,7 @@ def nsp_not_learned(best: dict | None, batches: list[dict[str, torch.Tensor]]) -
     """Why best/'s next-sentence figure is what it is, when the head has not started learning: its accuracy
     is no better than always answering the more common label of the held-out pairs. None when it has, or
     when the run has no NSP figures. The recipe learns the masked words first and the pairs later: at the
-    default size NSP was still at the majority label after 3,220 steps (2026-11-29-step-protocol)."""
+    default size NSP leaves the majority label after about 3,000 steps (2026-11-29-step-protocol)."""
     labels = [b["next_sentence_label"] for b in batches if "next_sentence_label" in b]
     if not best or not isinstance(best.get("nsp_accuracy"), float) or not labels:
         return None
