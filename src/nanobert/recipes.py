@@ -37,6 +37,18 @@ for _shape in MODEL_PRESETS.values():
     _shape["intermediate_size"] = 4 * _shape["hidden_size"]
 
 
+# The recipes' start: no dropout, sinusoidal position rows at 3x the token rows' spread, mimetic attention.
+RECIPE_START = dict(
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    position_embedding_init="sinusoidal",
+    position_embedding_scale=3.0,
+    attention_init="mimetic",
+)
+# ... and their training: 45% masking; the peak rate held, then a decay over the last 30% of the run
+# (2026-11-29-step-protocol); a log line every 50 steps; best_margin about one standard error.
+RECIPE_TRAINING = dict(mask_prob=0.45, decay_ratio=0.3, log_interval=50, best_margin=0.006)
+
 PRESETS: dict[str, dict[str, Any]] = {
     **{name: {"model": dict(shape), "train": {}} for name, shape in MODEL_PRESETS.items()},
     # The CPU recipe (each reason's record is a folder of benchmarks/records/): the tiny width at four layers
@@ -49,46 +61,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     # (2026-11-23-tiny-leaves-the-plateau); an evaluation every 500 steps keeps it under 5% of the budget;
     # best_margin about one standard error of the held-out accuracy (2026-11-26-best-margin).
     "wikitext2-cpu": {
-        "model": dict(
-            MODEL_PRESETS["tiny"],
-            num_hidden_layers=4,
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-            position_embedding_init="sinusoidal",
-            position_embedding_scale=3.0,
-            attention_init="mimetic",
-        ),
-        "train": dict(
-            learning_rate=1e-3,
-            mask_prob=0.45,
-            time_budget=1800.0,
-            decay_ratio=0.3,  # hold the peak rate, decay over the last 30% (2026-11-29-step-protocol)
-            eval_interval=500,
-            log_interval=50,
-            best_margin=0.006,
-        ),
+        "model": dict(MODEL_PRESETS["tiny"], num_hidden_layers=4, **RECIPE_START),
+        "train": dict(learning_rate=1e-3, time_budget=1800.0, eval_interval=500, **RECIPE_TRAINING),
     },
-    # The first run on a GPU: the CPU recipe's start and masking at a batch that keeps a GPU busy (128 rows
-    # of 128 tokens) and BERT-small's rate; the shape is the one `GPU_SHAPES` timing picks. Not yet measured
-    # on a GPU: gpu_check.py's first item measures exactly this run.
+    # The first run on a GPU: the CPU recipe's start, masking and schedule at a batch that keeps a GPU busy
+    # (128 rows of 128 tokens) and BERT-small's rate; the shape is the one `GPU_SHAPES` timing picks. Not yet
+    # measured on a GPU: gpu_check.py's first item measures exactly this run.
     "wikitext2-gpu": {
-        "model": dict(
-            MODEL_PRESETS["small"],
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-            position_embedding_init="sinusoidal",
-            position_embedding_scale=3.0,
-            attention_init="mimetic",
-        ),
+        "model": dict(MODEL_PRESETS["small"], **RECIPE_START),
         "train": dict(
-            batch_size=128,
-            learning_rate=5e-4,
-            mask_prob=0.45,
-            time_budget=180.0,
-            decay_ratio=0.3,  # the CPU recipe's schedule (2026-11-29-step-protocol); not measured on a GPU
-            eval_interval=250,
-            log_interval=50,
-            best_margin=0.006,
+            batch_size=128, learning_rate=5e-4, time_budget=180.0, eval_interval=250, **RECIPE_TRAINING
         ),
     },
     # Memorises the built-in toy corpus in seconds: no dropout; pre-LN tolerates the high learning rate that
