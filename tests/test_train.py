@@ -78,14 +78,16 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, schedule):
             "--max-steps",
             "12",
             "--stop-after",
-            "6",
+            "5",
             "--tokenizer",
             str(full / "last"),
             *set_dropout,
         )
         == 0
     )
-    assert json.loads((split / "summary.json").read_text())["steps"] == 6
+    # Stopped on an evaluation step (eval_interval 5): a stop between them evaluates once more, an evaluation
+    # the uninterrupted run never made, which may then hold best/ (with the hold-then-decay schedule it did).
+    assert json.loads((split / "summary.json").read_text())["steps"] == 5
 
     def shape():
         data = torch.load(split / "last" / "trainer_state.pt", weights_only=False)["data"]
