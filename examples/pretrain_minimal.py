@@ -42,6 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--warmup", type=float, default=0.05, help="share of the steps warming up")
+    p.add_argument("--decay", type=float, default=0.3, help="share of the steps decaying, at the end")
     p.add_argument("--stop-after", type=int, help="end after this many steps, the schedule unchanged")
     p.add_argument("--log-every", type=int, default=50)
     return p.parse_args(argv)
@@ -93,8 +94,8 @@ def main(argv: list[str] | None = None) -> list[float]:
     losses, batches, start = [], stream(), time.perf_counter()
     model.train()
     for step in range(args.stop_after or args.steps):
-        # linear warmup, then linear decay to 0, as a function of the fraction of the run done
-        lr = args.lr * lr_multiplier((step + 1) / args.steps, args.warmup)
+        # linear warmup, the peak held, a linear decay to 0 over the last 30%: by the share of the run done
+        lr = args.lr * lr_multiplier((step + 1) / args.steps, args.warmup, decay_ratio=args.decay)
         for group in optimizer.param_groups:
             group["lr"] = lr
         # (B, T) input_ids, token_type_ids, attention_mask, labels (-100: unmasked); (B,) next_sentence_label

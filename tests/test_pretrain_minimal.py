@@ -11,6 +11,7 @@ import pytest
 
 from nanobert.cli import main as cli
 from nanobert.corpus import load_documents
+from nanobert.recipes import build_configs
 from nanobert.tokenizer import save_tokenizer, train_tokenizer
 
 SCRIPT = Path(__file__).parents[1] / "examples" / "pretrain_minimal.py"
@@ -42,6 +43,27 @@ def test_the_first_20_losses_are_the_engines(tmp_path, capsys):
     assert losses == pytest.approx(engine, abs=1e-5, rel=0)
     printed = capsys.readouterr().out
     assert "step    20 | loss" in printed and "masked-word accuracy" in printed
+
+
+def test_its_defaults_are_the_toy_presets():
+    """The loss test covers 20 steps of the warmup; the rest of the run (its length, the held peak and the
+    decay) is the preset's because the script's defaults are."""
+    _, train_cfg = build_configs("toy")
+    args = load_script().parse_args([])
+    assert (args.vocab_size, args.seq_len, args.batch_size, args.dupe_factor, args.seed) == (
+        train_cfg.vocab_size,
+        train_cfg.max_seq_len,
+        train_cfg.batch_size,
+        train_cfg.dupe_factor,
+        train_cfg.seed,
+    )
+    assert (args.steps, args.lr, args.warmup, args.decay) == (
+        train_cfg.max_steps,
+        train_cfg.learning_rate,
+        train_cfg.warmup_ratio,
+        train_cfg.decay_ratio,
+    )
+    assert (train_cfg.min_lr_ratio, train_cfg.weight_decay, train_cfg.mask_prob) == (0.0, 0.01, 0.15)
 
 
 def test_it_is_short_and_uses_no_engine_module():

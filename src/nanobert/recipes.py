@@ -76,7 +76,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Memorises the built-in toy corpus in seconds: no dropout; pre-LN tolerates the high learning rate that
     # makes it quick; the corpus yields ~8 instances an epoch, so dupe_factor builds several sets per batch.
     # 1,000 steps: at 800 one seed of five ended with a next-sentence pair wrong, with one thread and two
-    # (2026-11-29-toy-demo).
+    # (2026-11-29-toy-demo); the peak rate held and a decay over the last 30%, as the recipes: with BERT's
+    # linear decay a seed now and then still ended with a next-sentence pair wrong (2026-11-29-toy-hold).
     "toy": {
         "model": dict(
             MODEL_PRESETS["tiny"],
@@ -95,6 +96,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             eval_interval=200,
             log_interval=50,
             warmup_ratio=0.05,
+            decay_ratio=0.3,
             bucket_by_length=False,
         ),
     },
