@@ -150,3 +150,20 @@ def test_the_first_run_leaves_its_depth_to_the_passes_it_can_make():
     assert train.shallow_below_passes == 7.0
     with pytest.raises(NanobertError, match="shallow_below_passes must be positive"):
         build_configs("wikitext2-cpu", train_overrides={"shallow_below_passes": 0.0})
+
+
+def test_the_toy_corpus_holds_the_peak_rate_except_for_the_hybrid():
+    from nanobert.recipes import new_run_configs
+
+    for preset, objective, decay_ratio in [
+        (None, "mlm_nsp", 0.3),
+        (None, "causal", 0.3),
+        (None, "hybrid", 1.0),
+        ("toy", "hybrid", 1.0),
+    ]:
+        _, train, chosen, _ = new_run_configs(preset, "toy", "cpu", {}, {"objective": objective})
+        assert (chosen, train.objective, train.decay_ratio) == ("toy", objective, decay_ratio)
+    _, train, _, _ = new_run_configs(None, "toy", "cpu", {}, {"objective": "hybrid", "decay_ratio": 0.5})
+    assert train.decay_ratio == 0.5  # what the user sets wins
+    _, train, _, _ = new_run_configs(None, None, "cpu", {}, {"objective": "hybrid"})
+    assert train.decay_ratio == 0.3  # the recipes hold it for every objective
