@@ -64,6 +64,7 @@ def test_its_defaults_are_the_toy_presets():
         train_cfg.decay_ratio,
     )
     assert (train_cfg.min_lr_ratio, train_cfg.weight_decay, train_cfg.mask_prob) == (0.0, 0.01, 0.15)
+    assert train_cfg.precision == "fp32"  # the script has no autocast
 
 
 def test_it_is_short_and_uses_no_engine_module():
