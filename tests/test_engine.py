@@ -236,6 +236,35 @@ def test_a_time_budget_ends_the_run_and_drives_the_schedule(tmp_path):
     assert [r["step"] for r in records if r["split"] == "train"][-1] == run.step
 
 
+def test_a_stop_between_evaluations_is_evaluated_but_leaves_best_to_the_schedule(tmp_path):
+    """--stop-after (or a signal) between evaluations evaluates where it stopped; that evaluation goes to
+    the history and to last/, not to best/, unless there is no best/ yet, and a resume's replay of the
+    history leaves it out: best/ is then the one of the run resumed to its end."""
+    job, saves = make_job(tmp_path, [0.5, 0.2])  # lower is better: the stop's 0.2 would win
+    outcome, run, records = run_fit(tmp_path, job, total_steps=20, stop_after=7)
+    assert [r["step"] for r in records if r["split"] == "valid"] == [5, 7]
+    assert (run.best_step, run.best_value, run.interim_steps, outcome.final) == (5, 0.5, [7], {"error": 0.2})
+    assert [s[:2] for s in saves if s[0] == "best"] == [("best", 5)]
+    replayed = RunState(history=list(run.history), interim_steps=list(run.interim_steps))
+    replayed.choose_best("error", higher_is_better=False)
+    assert (replayed.best_step, replayed.best_value, replayed.evals_since_best) == (5, 0.5, 0)
+
+    # No evaluation before the stop: it takes best/, so the run has one; resumed, the next evaluation does.
+    job, saves = make_job(tmp_path / "early", [0.5])
+    (tmp_path / "early").mkdir()
+    _, run, _ = run_fit(tmp_path / "early", job, total_steps=20, stop_after=3)
+    best_saves = [s[:2] for s in saves if s[0] == "best"]
+    assert (run.best_step, run.interim_steps, best_saves) == (3, [3], [("best", 3)])
+    run.choose_best("error", higher_is_better=False)
+    assert (run.best_step, run.best_value, run.best_reason) == (None, None, None)
+
+    # The plan's own end is no stop: its evaluation competes as every other does.
+    job, saves = make_job(tmp_path / "end", [0.5, 0.2])
+    (tmp_path / "end").mkdir()
+    _, run, _ = run_fit(tmp_path / "end", job, total_steps=7)
+    assert (run.best_step, run.interim_steps) == (7, [])
+
+
 def test_a_resumed_run_keeps_its_best_by_the_metric_it_now_selects_with():
     """Checkpoints of earlier versions chose best/ by held-out loss; the history has every metric, so the
     best by the job's metric (held-out accuracy now) is found again when the run resumes."""

@@ -50,6 +50,10 @@ class RunState:
     best_reason: str | None = None  # why best/ holds that step (`offer`)
     evals_since_best: int = 0
     history: list[dict] = field(default_factory=list)  # every evaluation: {"step": ..., **metrics}
+    # Evaluations made where a resumable run stopped between its scheduled ones (--stop-after, a signal):
+    # kept in the history, but not offered to best/ unless there is none yet, so that a resumed run keeps
+    # the best/ the uninterrupted run would have (which never evaluated there).
+    interim_steps: list[int] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunState:
@@ -73,13 +77,19 @@ class RunState:
     ) -> None:
         """best_value, best_step and evals_since_best from the history by `metric`, replayed through `offer`,
         so that a resumed run keeps the best/ the loop would have kept by this version's rule."""
-        scored = [h for h in self.history if isinstance(h.get(metric), int | float)]
+        scored = [
+            h
+            for h in self.history
+            if isinstance(h.get(metric), int | float) and h["step"] not in self.interim_steps
+        ]
         if not scored:
+            if self.best_step in self.interim_steps:  # best/ is a stop's evaluation only: the next takes it
+                self.best_value, self.best_step, self.best_reason, self.evals_since_best = None, None, None, 0
             return
         self.best_value, self.best_step, self.evals_since_best = None, None, 0
         for h in scored:
             self.offer(h, metric, higher_is_better, margin, tiebreak)
-        self.evals_since_best = sum(h["step"] > self.best_step for h in self.history)
+        self.evals_since_best = sum(h["step"] > self.best_step for h in scored)
 
     def offer(
         self,
@@ -369,8 +379,9 @@ class _Loop:
         self.log.progress(self.run.step, self.plan.total_steps, means["loss"], tokens_per_s, eta)
         self.sums, self.window_steps, self.window_tokens, self.window_start = {}, 0, 0, time.perf_counter()
 
-    def evaluate(self) -> dict[str, float]:
-        """Held-out metrics now; a new best is saved as best/."""
+    def evaluate(self, interim: bool = False) -> dict[str, float]:
+        """Held-out metrics now; a new best is saved as best/. An `interim` evaluation (where a resumable run
+        stops between scheduled ones) is offered to best/ only when there is none yet."""
         job, run = self.job, self.run
         if not all_finite(job.model):
             raise self.diverged("non-finite weights")
@@ -383,7 +394,17 @@ class _Loop:
         self.log.say(
             f"{job.eval_split} step {run.step}: " + "  ".join(f"{k} {_fmt(v)}" for k, v in metrics.items())
         )
-        reason = run.offer(run.history[-1], job.metric, job.higher_is_better, job.best_margin, job.tiebreak)
+        if interim:
+            run.interim_steps.append(run.step)
+        if interim and run.best_step is not None:
+            reason = None
+            self.log.say(
+                f"step {run.step} is where the run stopped, between scheduled evaluations: best/ stays step "
+                f"{run.best_step} (chosen at those only, so a resumed run picks as an uninterrupted one)"
+            )
+        else:
+            latest = run.history[-1]
+            reason = run.offer(latest, job.metric, job.higher_is_better, job.best_margin, job.tiebreak)
         if reason is not None:
             self.log.say(f"best/ is step {run.step}: {reason}")
             self.save("best")
@@ -426,7 +447,7 @@ class _Loop:
         if signalled and self.plan.resumable:  # secure the work first: a preempted job may be killed soon
             self.save("last")
         if self.last_metrics is None or run.history[-1]["step"] != run.step:
-            self.evaluate()
+            self.evaluate(interim=self.plan.resumable and reason != "finished")
         if self.plan.resumable:
             self.save("last")
         number = (self.signals.received or [signal.SIGTERM])[0] if signalled else None
