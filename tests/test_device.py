@@ -1,7 +1,6 @@
 """Device and precision choice."""
 
 import platform
-import time
 
 import pytest
 import torch
@@ -56,20 +55,22 @@ def test_a_cpu_job_keeps_freed_memory_for_reuse(monkeypatch):
 
 
 def test_auto_precision_is_the_faster_one_measured_here_and_is_cached(tmp_path, monkeypatch):
-    import time as clock
-
     from nanobert.device import choose_precision, precision_cache
 
     monkeypatch.setenv("NANOBERT_CACHE", str(tmp_path))
+    # A step advances a fake clock rather than sleeping: on a busy machine a 20 ms sleep is timed at 21 ms.
+    now = [0.0]
+    monkeypatch.setattr("nanobert.device.time.perf_counter", lambda: now[0])
     calls = []
 
     def step(dtype, slow=None):
         calls.append(dtype)
-        clock.sleep(0.02 if dtype is slow else 0.001)
+        now[0] += 0.02 if dtype is slow else 0.001
 
     cpu = torch.device("cpu")
     dtype, why = choose_precision("auto", cpu, lambda d: step(d, slow=None), "shape A")
-    assert dtype is torch.bfloat16 and why.startswith("bf16 (auto: a step took 20 ms in fp32")
+    assert dtype is torch.bfloat16
+    assert why == "bf16 (auto: a step took 20 ms in fp32 and 1 ms in bf16 on this machine)"
     assert calls == [None, torch.bfloat16] + [None, torch.bfloat16] * 3  # warm-ups, then in turns
     dtype, why = choose_precision("auto", cpu, lambda d: step(d, slow=torch.bfloat16), "shape B")
     assert dtype is None and why.startswith("fp32 (auto")  # machines differ: here fp32 is the faster
@@ -93,12 +94,15 @@ def test_a_close_call_is_not_cached(tmp_path, monkeypatch):
     assert len(calls) == 2 * 8 and not precision_cache().exists()
 
 
-def test_step_seconds_is_the_median_after_a_warm_up():
+def test_step_seconds_is_the_median_after_a_warm_up(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr("nanobert.device.time.perf_counter", lambda: now[0])
     calls = []
+    durations = iter([0.05, 0.003, 0.001, 0.002])  # the warm-up is the slow one, as oneDNN's first call is
 
-    def step(dtype):  # the warm-up is the slow one, as oneDNN's first call is
+    def step(dtype):
         calls.append(dtype)
-        time.sleep(0.05 if len(calls) == 1 else 0.001)
+        now[0] += next(durations)
 
     seconds = device.step_seconds(step, torch.bfloat16, trials=3)
-    assert calls == [torch.bfloat16] * 4 and 0.001 <= seconds < 0.04
+    assert calls == [torch.bfloat16] * 4 and seconds == pytest.approx(0.002)
