@@ -41,10 +41,9 @@ from pathlib import Path
 
 import torch
 
-from nanobert.blimp import PUBLISHED, evaluate_blimp, load_blimp
-from nanobert.checkpoint import load_language_model, read_config
+from nanobert.checkpoints.checkpoint import load_language_model, read_config
 from nanobert.config import parse_overrides
-from nanobert.corpus import load_documents
+from nanobert.data.corpus import load_documents
 from nanobert.errors import (
     ArgumentParser,
     NanobertError,
@@ -53,16 +52,14 @@ from nanobert.errors import (
     positive_int,
     run_script,
 )
-from nanobert.evaluate import (
+from nanobert.objectives.evaluate import (
     eval_instances,
     evaluate_model,
     prepare_causal_eval_batches,
     prepare_eval_batches,
 )
-from nanobert.hybrid import hybrid_held_out
-from nanobert.inference import load
-from nanobert.recipes import build_configs
-from nanobert.scoring import scoring_precision
+from nanobert.objectives.hybrid import hybrid_held_out
+from nanobert.pretraining.recipes import build_configs
 from nanobert.tokenizer import (
     CLS_ID,
     IGNORE_INDEX,
@@ -71,6 +68,9 @@ from nanobert.tokenizer import (
     encode_documents,
     load_tokenizer,
 )
+from nanobert.use.blimp import PUBLISHED, evaluate_blimp, load_blimp
+from nanobert.use.inference import load
+from nanobert.use.scoring import scoring_precision
 
 PLACES = ("first word", "middle", "last word")
 SENTENCE_END = {".", "!", "?"}
@@ -109,7 +109,7 @@ def train_all(args: argparse.Namespace, out: Path) -> None:
     base += ["--time-budget", str(args.time_budget), "--seed", str(args.seed), "--quiet", "--overwrite"]
     tokenizer = out / "tokenizer"
     if not (tokenizer / "tokenizer.json").is_file():
-        from nanobert.sources import DataSources
+        from nanobert.data.sources import DataSources
         from nanobert.tokenizer import save_tokenizer, train_tokenizer
 
         train_docs, _, _ = DataSources(data=None, train_file=args.train).documents()

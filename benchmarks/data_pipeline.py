@@ -23,13 +23,13 @@ from pathlib import Path
 import torch
 
 from nanobert.config import ModelConfig
-from nanobert.corpus import documents_from_lines, load_documents, read_text_file
+from nanobert.data.corpus import documents_from_lines, load_documents, read_text_file
+from nanobert.data.nsp import MaskingCollator, batches, create_instances, nsp_documents, query_layout
 from nanobert.device import autocast_dtype, resolve_device
+from nanobert.engine.optimizer import build_optimizer
 from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script
 from nanobert.model import BertForPreTraining
-from nanobert.optim import build_optimizer
-from nanobert.pretraining_data import MaskingCollator, batches, create_instances, nsp_documents, query_layout
-from nanobert.recipes import MODEL_PRESETS
+from nanobert.pretraining.recipes import MODEL_PRESETS
 from nanobert.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, encode_documents, train_tokenizer
 
 MIN_SEQ_LEN = 5  # [CLS] A [SEP] B [SEP], what an NSP instance needs at least

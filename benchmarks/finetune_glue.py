@@ -1,10 +1,10 @@
 """What pretraining buys downstream: fine-tune a checkpoint on SST-2 and TREC-6, against the same architecture
 trained from scratch with the same budget.
 
-For each task and each learning rate it runs `nanobert.finetune.finetune` twice, (a) from the pretrained
-checkpoint and (b) with `from_scratch=True` (same shape, tokenizer, head initialisation, data order, epochs),
-then prints a table and writes OUT/results.json. Every run keeps its own directory (OUT/TASK-INIT-lrLR/ with
-best/, metrics.jsonl, summary.json).
+For each task and each learning rate it runs `nanobert.finetuning.classification.finetune` twice, (a) from the
+pretrained checkpoint and (b) with `from_scratch=True` (same shape, tokenizer, head initialisation, data
+order, epochs), then prints a table and writes OUT/results.json. Every run keeps its own directory
+(OUT/TASK-INIT-lrLR/ with best/, metrics.jsonl, summary.json).
 
 - SST-2 (GLUE, `glue/sst2/{train,dev}.tsv`, header `sentence<TAB>label`): the best epoch is picked on dev and
   dev accuracy is reported, as GLUE papers do (the test labels are not public).
@@ -27,12 +27,12 @@ import sys
 import time
 from pathlib import Path
 
-from nanobert.checkpoint import read_config
+from nanobert.checkpoints.checkpoint import read_config
 from nanobert.config import FinetuneConfig
+from nanobert.data.labelled import TaskSpec
+from nanobert.engine.run_log import prepare_out_dir
 from nanobert.errors import ArgumentParser, NanobertError, check_output_file, positive_int, run_script
-from nanobert.finetune import finetune
-from nanobert.finetune_data import TaskSpec
-from nanobert.run_log import prepare_out_dir
+from nanobert.finetuning.classification import finetune
 
 INITS = ("pretrained", "scratch")
 

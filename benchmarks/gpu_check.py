@@ -80,11 +80,11 @@ from pathlib import Path
 
 import torch
 
-from nanobert.blimp import read_blimp_file
 from nanobert.config import ModelConfig, config_from_dict, parse_overrides
 from nanobert.device import cpu_name
 from nanobert.errors import ArgumentParser, NanobertError, check_input_file, positive_int, run_script
-from nanobert.recipes import DEFAULT_BUDGET, build_configs
+from nanobert.pretraining.recipes import DEFAULT_BUDGET, build_configs
+from nanobert.use.blimp import read_blimp_file
 
 ROOT = Path(__file__).resolve().parents[1]
 THROUGHPUT = ROOT / "benchmarks" / "throughput.py"

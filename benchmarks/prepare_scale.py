@@ -68,7 +68,7 @@ class PeakMemory:
 
 
 def stage_prepare(args) -> dict:
-    from nanobert.prepare import prepare_corpus
+    from nanobert.data.prepare import prepare_corpus
 
     memory = PeakMemory()
     start = time.perf_counter()
@@ -88,8 +88,8 @@ def stage_epoch(args) -> dict:
     import torch
 
     from nanobert.config import TrainConfig
-    from nanobert.prepare import PreparedCorpus, WindowedInstances
-    from nanobert.pretraining_data import MaskingCollator, query_layout
+    from nanobert.data.nsp import MaskingCollator, query_layout
+    from nanobert.data.prepare import PreparedCorpus, WindowedInstances
 
     # Masking a batch is a few small tensor ops: one thread does them fastest, and more only spin against
     # whatever else runs on the machine (training does the same work on its data thread).
@@ -137,8 +137,8 @@ def run_stage(stage: str, args) -> dict:
 def check_args(args) -> None:
     """Everything the two stages need, checked before the (possibly 100M-word) corpus is written."""
     from nanobert.config import TrainConfig
-    from nanobert.corpus import documents_from_lines, load_documents
-    from nanobert.pretraining_data import nsp_documents
+    from nanobert.data.corpus import documents_from_lines, load_documents
+    from nanobert.data.nsp import nsp_documents
     from nanobert.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE
 
     if not MIN_VOCAB_SIZE <= args.vocab_size <= MAX_VOCAB_SIZE:

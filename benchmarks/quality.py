@@ -28,20 +28,20 @@ import tempfile
 import time
 from pathlib import Path
 
-from nanobert.blimp import evaluate_blimp, load_blimp
 from nanobert.config import FinetuneConfig, parse_overrides
-from nanobert.corpus import load_documents
+from nanobert.data.corpus import load_documents
+from nanobert.data.labelled import TaskSpec
+from nanobert.data.sources import DataSources
+from nanobert.data.tables import read_table
 from nanobert.device import resolve_device
 from nanobert.errors import ArgumentParser, NanobertError, check_input_file, check_output_file, run_script
-from nanobert.evaluate import evaluate_checkpoint
-from nanobert.finetune import finetune
-from nanobert.finetune_data import TaskSpec
-from nanobert.inference import load
-from nanobert.recipes import build_configs
-from nanobert.scoring import scoring_precision
-from nanobert.sources import DataSources
-from nanobert.tabular import read_table
-from nanobert.train import pretrain
+from nanobert.finetuning.classification import finetune
+from nanobert.objectives.evaluate import evaluate_checkpoint
+from nanobert.pretraining.pretrain import pretrain
+from nanobert.pretraining.recipes import build_configs
+from nanobert.use.blimp import evaluate_blimp, load_blimp
+from nanobert.use.inference import load
+from nanobert.use.scoring import scoring_precision
 
 FIELDS = (
     "date",

@@ -3,7 +3,7 @@
 minicons and lm-scorer load the model in transformers and score one sentence after another: for a masked
 model, the sentence's masked copies as one batch through `BertForMaskedLM`, every position's logits over the
 whole vocabulary, then the log-probability at each masked position; for a causal model, one forward pass of
-`BertLMHeadModel` per sentence. `nanobert.scoring` packs the masked copies of many sentences of one length
+`BertLMHeadModel` per sentence. `nanobert.use.scoring` packs the masked copies of many sentences of one length
 into each batch (no padding) and decodes only the masked position of each copy.
 
 Both score the same BLiMP sentences with the same rule in fp32, in this process and on the same threads,
@@ -26,14 +26,14 @@ from pathlib import Path
 
 import torch
 
-from nanobert.blimp import load_blimp
-from nanobert.checkpoint import CAUSAL_LM
+from nanobert.checkpoints.checkpoint import CAUSAL_LM
 from nanobert.device import cpu_has_native_bf16, cpu_name
 from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script
-from nanobert.hf_export import export_hf
-from nanobert.inference import load
-from nanobert.scoring import RULE_CAUSAL, RULE_WITHIN_WORD, masked_spans, score_sentences
+from nanobert.hf.convert import export_hf
 from nanobert.tokenizer import MASK_ID
+from nanobert.use.blimp import load_blimp
+from nanobert.use.inference import load
+from nanobert.use.scoring import RULE_CAUSAL, RULE_WITHIN_WORD, masked_spans, score_sentences
 
 MAX_DIFFERENCE = 1e-4  # nats: the two implementations compute the same sum
 

@@ -1,11 +1,11 @@
 """What pretraining buys for extractive question answering: fine-tune a checkpoint on SQuAD v1.1, score it on
 SQuAD v1.1 dev and on XQuAD-en, against the same architecture trained from scratch with the same budget.
 
-It runs `nanobert.qa.finetune_qa` twice, (a) from the pretrained checkpoint and (b) with `from_scratch=True`
-(same shape, tokenizer, head initialisation, seeded training sample, data order, epochs, learning rate), each
-keeping the epoch with the best dev F1, then prints one table (init, training questions, epochs, training
-time, dev EM/F1, XQuAD EM/F1, and the gain of (a) over (b)) and writes OUT/results.json. Every run keeps its
-own directory (OUT/INIT/ with best/, metrics.jsonl, summary.json, predictions.json).
+It runs `nanobert.finetuning.qa.finetune_qa` twice, (a) from the pretrained checkpoint and (b) with
+`from_scratch=True` (same shape, tokenizer, head initialisation, seeded training sample, data order, epochs,
+learning rate), each keeping the epoch with the best dev F1, then prints one table (init, training questions,
+epochs, training time, dev EM/F1, XQuAD EM/F1, and the gain of (a) over (b)) and writes OUT/results.json.
+Every run keeps its own directory (OUT/INIT/ with best/, metrics.jsonl, summary.json, predictions.json).
 
 EM and F1 are the official SQuAD v1.1 evaluation's (`metrics.squad_scores`, v1.1 rules for v1.1 files). Dev
 figures are those of the epoch that dev picked, as SQuAD papers report them (the test set is not public), and
@@ -28,8 +28,9 @@ from pathlib import Path
 
 import torch
 
-from nanobert.checkpoint import read_config
+from nanobert.checkpoints.checkpoint import read_config
 from nanobert.config import QAConfig
+from nanobert.engine.run_log import prepare_out_dir
 from nanobert.errors import (
     ArgumentParser,
     NanobertError,
@@ -38,8 +39,7 @@ from nanobert.errors import (
     positive_int,
     run_script,
 )
-from nanobert.qa import finetune_qa
-from nanobert.run_log import prepare_out_dir
+from nanobert.finetuning.qa import finetune_qa
 
 INITS = ("pretrained", "scratch")
 SETTINGS = (

@@ -51,12 +51,12 @@ from torch.autograd import DeviceType
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nanobert.config import ModelConfig
+from nanobert.data.nsp import masked_positions, query_layout
 from nanobert.device import resolve_device
 from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script
-from nanobert.hf_export import to_hf_config, to_hf_state_dict
+from nanobert.hf.convert import to_hf_config, to_hf_state_dict
 from nanobert.model import BertForPreTraining
-from nanobert.pretraining_data import masked_positions, query_layout
-from nanobert.recipes import MODEL_PRESETS
+from nanobert.pretraining.recipes import MODEL_PRESETS
 from nanobert.tokenizer import NUM_SPECIAL_TOKENS
 
 

@@ -9,7 +9,7 @@ first 20 losses to the engine's.
     python examples/pretrain_minimal.py                      # the toy corpus: 1,000 steps, under a minute
     python examples/pretrain_minimal.py --data my_text.txt --steps 3000 --vocab-size 4000
 
-Read src/nanobert/model.py for the model, and src/nanobert/engine.py for what the full loop adds.
+Read src/nanobert/model.py for the model, and src/nanobert/engine/loop.py for what the full loop adds.
 """
 
 import argparse
@@ -19,14 +19,15 @@ import time
 import torch
 
 from nanobert.config import ModelConfig
-from nanobert.corpus import load_documents
+from nanobert.data.corpus import load_documents
+from nanobert.data.nsp import MaskingCollator, nsp_epoch_batches
+from nanobert.engine.optimizer import build_optimizer, lr_multiplier
 from nanobert.model import BertForPreTraining
-from nanobert.optim import build_optimizer, lr_multiplier
-from nanobert.pretraining_data import MaskingCollator, nsp_epoch_batches
 from nanobert.tokenizer import IGNORE_INDEX, encode_documents, load_tokenizer, train_tokenizer
 
 # ----------------------------------------------------------------------------------------------------------
-# Settings: the `toy` preset's (src/nanobert/recipes.py, PRESETS["toy"]) and TrainConfig's defaults
+# Settings: the `toy` preset's (src/nanobert/pretraining/recipes.py, PRESETS["toy"]) and TrainConfig's
+# defaults
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

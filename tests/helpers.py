@@ -66,9 +66,9 @@ def train_tiny_checkpoint(
     library functions behind that command.
     """
     from nanobert.config import parse_overrides
-    from nanobert.recipes import new_run_configs
-    from nanobert.sources import DataSources
-    from nanobert.train import pretrain
+    from nanobert.data.sources import DataSources
+    from nanobert.pretraining.pretrain import pretrain
+    from nanobert.pretraining.recipes import new_run_configs
 
     root.mkdir(parents=True, exist_ok=True)
     corpus = write_corpus(root / "corpus.txt")
@@ -123,7 +123,7 @@ def qa_checkpoint(root: Path) -> Path:
     """A tiny randomly initialised post-LN checkpoint whose tokenizer knows the QA task's words."""
     import torch
 
-    from nanobert.checkpoint import save_checkpoint
+    from nanobert.checkpoints.checkpoint import save_checkpoint
     from nanobert.config import ModelConfig
     from nanobert.model import BertForPreTraining
     from nanobert.tokenizer import train_tokenizer

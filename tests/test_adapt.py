@@ -10,12 +10,12 @@ import torch
 from helpers import qa_checkpoint, train_tiny_checkpoint, write_squad_task
 from test_finetune import assert_one_line_error, run_cli, write_task
 
-from nanobert.adapt import MaskedRows, adapt_encoder
-from nanobert.checkpoint import load_pretraining_checkpoint, load_state_dict
+from nanobert.checkpoints.checkpoint import load_pretraining_checkpoint, load_state_dict
 from nanobert.config import FinetuneConfig
+from nanobert.data.labelled import Encoded, TaskSpec, load_split
 from nanobert.errors import NanobertError
-from nanobert.finetune import build_classifier
-from nanobert.finetune_data import Encoded, TaskSpec, load_split
+from nanobert.finetuning.adapt import MaskedRows, adapt_encoder
+from nanobert.finetuning.classification import build_classifier
 from nanobert.tokenizer import CLS_ID, IGNORE_INDEX, MASK_ID, PAD_ID, SEP_ID, load_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")

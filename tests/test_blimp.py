@@ -9,7 +9,9 @@ import pytest
 import torch
 from helpers import train_tiny_checkpoint
 
-from nanobert.blimp import (
+from nanobert.cli import main
+from nanobert.errors import NanobertError
+from nanobert.use.blimp import (
     BLIMP_HUB,
     PARADIGMS,
     MinimalPair,
@@ -20,10 +22,8 @@ from nanobert.blimp import (
     load_blimp,
     words,
 )
-from nanobert.cli import main
-from nanobert.errors import NanobertError
-from nanobert.inference import load
-from nanobert.scoring import RULE_ORIGINAL, RULE_WITHIN_WORD, score_sentences
+from nanobert.use.inference import load
+from nanobert.use.scoring import RULE_ORIGINAL, RULE_WITHIN_WORD, score_sentences
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -114,7 +114,7 @@ def test_the_hub_copy_is_read_paradigm_by_paradigm(monkeypatch):
         return datasets.Dataset.from_dict({k: [v] * 3 for k, v in row("A b .", "B a .", name).items()})
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    monkeypatch.setattr("nanobert.blimp.hub_reachable", lambda: True)
+    monkeypatch.setattr("nanobert.use.blimp.hub_reachable", lambda: True)
     pairs = load_blimp(BLIMP_HUB, limit=2)
     assert calls == [(BLIMP_HUB, name, "train") for name in PARADIGMS] and len(PARADIGMS) == 67
     assert len(pairs) == 2 * 67 and pairs[0].paradigm == PARADIGMS[0]
@@ -169,7 +169,7 @@ def test_a_filter_that_leaves_nothing_is_one_line(checkpoint, blimp_dir, tmp_pat
     def tripwire(*args, **kwargs):
         raise AssertionError("scored before finding that the filter keeps nothing")
 
-    monkeypatch.setattr("nanobert.blimp.score_pairs", tripwire)
+    monkeypatch.setattr("nanobert.use.blimp.score_pairs", tripwire)
     code, out, err = run_cli(
         capsys, "blimp", checkpoint, "--data", blimp_dir, "--vocab-from", corpus, "--quiet"
     )
@@ -260,7 +260,7 @@ def test_the_exported_causal_model_gives_the_same_scores(tmp_path, blimp_dir, be
 def test_the_cli_spells_the_library_constants():
     """cli.py writes them out (it imports the library only when a command runs): they must not drift."""
     from nanobert.cli import build_parser
-    from nanobert.scoring import DEFAULT_BATCH_TOKENS, MASKED_RULES
+    from nanobert.use.scoring import DEFAULT_BATCH_TOKENS, MASKED_RULES
 
     parser = build_parser()
     args = parser.parse_args(["blimp", "CKPT"])

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from nanobert.checkpoint import (
+from nanobert.checkpoints.checkpoint import (
     being_replaced,
     load_pretraining_checkpoint,
     load_train_config,
@@ -115,7 +115,7 @@ def test_config_json_is_readable(tmp_path, tiny_config):
 
 
 def test_one_loader_per_kind_refuses_the_other_kinds(tmp_path, tiny_config):
-    from nanobert.checkpoint import SEQUENCE_CLASSIFICATION, load_finetuned
+    from nanobert.checkpoints.checkpoint import SEQUENCE_CLASSIFICATION, load_finetuned
     from nanobert.model import BertForSequenceClassification
 
     save_checkpoint(tmp_path / "pre", BertForPreTraining(tiny_config), TrainConfig(), None)
@@ -179,7 +179,7 @@ def test_a_damaged_config_json_is_one_error_not_a_traceback(tmp_path, tiny_confi
 
 
 def test_damaged_train_and_data_sections(tmp_path, tiny_config):
-    from nanobert.sources import DataSources
+    from nanobert.data.sources import DataSources
 
     with pytest.raises(NanobertError, match="TrainConfig.batch_size is '32', not int"):
         load_train_config({"train": {"batch_size": "32"}})
@@ -207,8 +207,8 @@ def test_a_tokenizer_json_of_another_model_is_refused_smaller_or_larger(tmp_path
     smaller one loaded silently and gave wrong answers."""
     import dataclasses
 
-    from nanobert.inference import load
     from nanobert.tokenizer import save_tokenizer, train_tokenizer
+    from nanobert.use.inference import load
 
     words = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike".split()
     texts = [" ".join(words[i:] + words[:i]) for i in range(len(words))] * 3

@@ -2,7 +2,7 @@ import pytest
 
 from nanobert.config import FinetuneConfig, parse_overrides
 from nanobert.errors import NanobertError
-from nanobert.recipes import PRESETS, build_configs, preset_configs
+from nanobert.pretraining.recipes import PRESETS, build_configs, preset_configs
 
 
 def test_overrides_are_typed_and_routed():
@@ -107,7 +107,7 @@ def test_preset_configs_sets_fields_of_either_config_by_keyword():
 
 
 def test_the_first_run_on_a_gpu_leaves_its_shape_to_the_steps_the_device_makes():
-    from nanobert.recipes import DEFAULT_BUDGET, GPU_MIN_STEPS, GPU_SHAPES, new_run_configs
+    from nanobert.pretraining.recipes import DEFAULT_BUDGET, GPU_MIN_STEPS, GPU_SHAPES, new_run_configs
 
     model, train, chosen, note = new_run_configs(None, None, "cuda", {}, {})
     assert (chosen, train.min_planned_steps, train.time_budget) == ("wikitext2-gpu", GPU_MIN_STEPS, 180.0)
@@ -130,7 +130,7 @@ def test_the_first_run_on_a_gpu_leaves_its_shape_to_the_steps_the_device_makes()
 
 
 def test_the_first_run_leaves_its_depth_to_the_passes_it_can_make():
-    from nanobert.recipes import DEPTH_PASSES, new_run_configs
+    from nanobert.pretraining.recipes import DEPTH_PASSES, new_run_configs
 
     model, train, chosen, note = new_run_configs(None, None, "cpu", {}, {})
     assert (chosen, model.num_hidden_layers, train.shallow_below_passes) == ("wikitext2-cpu", 4, DEPTH_PASSES)
@@ -153,7 +153,7 @@ def test_the_first_run_leaves_its_depth_to_the_passes_it_can_make():
 
 
 def test_the_toy_corpus_holds_the_peak_rate_except_for_the_hybrid():
-    from nanobert.recipes import new_run_configs
+    from nanobert.pretraining.recipes import new_run_configs
 
     for preset, objective, decay_ratio in [
         (None, "mlm_nsp", 0.3),

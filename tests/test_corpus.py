@@ -1,4 +1,4 @@
-"""Tests for nanobert.corpus: sentence splitting, document boundaries, file errors and every source kind."""
+"""nanobert.data.corpus: sentence splitting, document boundaries, file errors and every source kind."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nanobert.corpus import (
+from nanobert.data.corpus import (
     WIKITEXT_HF_NAMES,
     documents_from_hf,
     documents_from_lines,
@@ -265,7 +265,7 @@ def test_an_unreachable_hub_fails_fast_and_names_the_offline_ways(monkeypatch: p
     """Offline, the first run's error comes at once (only the local cache is tried, in Hugging Face's
     offline mode) and names both ways forward: local files, or the built-in toy corpus."""
     datasets = pytest.importorskip("datasets")
-    import nanobert.corpus as corpus
+    import nanobert.data.corpus as corpus
 
     seen = []
 
@@ -286,7 +286,7 @@ def test_an_unreachable_hub_fails_fast_and_names_the_offline_ways(monkeypatch: p
 def test_hub_probe_answers_quickly_for_an_address_that_does_not_resolve(monkeypatch) -> None:
     import time
 
-    from nanobert.corpus import hub_reachable
+    from nanobert.data.corpus import hub_reachable
 
     monkeypatch.setenv("HF_ENDPOINT", "https://nanobert-no-such-host.invalid")
     start = time.perf_counter()

@@ -12,9 +12,9 @@ from helpers import TINY_SET, write_corpus
 
 import nanobert
 from nanobert.cli import main
+from nanobert.data.nsp import Instance, MaskingCollator
+from nanobert.data.streams import shard_batch
 from nanobert.model import BertForPreTraining
-from nanobert.pretraining_data import Instance, MaskingCollator
-from nanobert.streams import shard_batch
 from nanobert.tokenizer import IGNORE_INDEX
 
 NO_DROPOUT = ["hidden_dropout_prob=0", "attention_probs_dropout_prob=0"]

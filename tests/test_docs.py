@@ -16,10 +16,10 @@ import pytest
 
 from nanobert.cli import build_parser
 from nanobert.config import parse_overrides
-from nanobert.corpus import WIKITEXT_HF_NAMES
+from nanobert.data.corpus import WIKITEXT_HF_NAMES
 from nanobert.errors import NanobertError
-from nanobert.objectives import OBJECTIVES
-from nanobert.recipes import PRESETS
+from nanobert.objectives.registry import OBJECTIVES
+from nanobert.pretraining.recipes import PRESETS
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDES = sorted((ROOT / "docs").glob("*.md"))

@@ -14,10 +14,10 @@ import pytest
 import torch
 from torch import nn
 
-from nanobert.engine import Job, Plan, RunState, fit
+from nanobert.engine.loop import Job, Plan, RunState, fit
+from nanobert.engine.optimizer import build_optimizer, lr_multiplier
+from nanobert.engine.run_log import RunLog, read_records
 from nanobert.errors import NanobertError
-from nanobert.optim import build_optimizer, lr_multiplier
-from nanobert.run_log import RunLog, read_records
 
 
 class Feeder:

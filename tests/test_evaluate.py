@@ -8,8 +8,13 @@ import torch.nn.functional as F
 from helpers import train_tiny_checkpoint, write_corpus
 
 from nanobert.errors import NanobertError
-from nanobert.evaluate import EVAL_MASK_PROB, evaluate_checkpoint, evaluate_model, prepare_eval_batches
 from nanobert.model import BertForPreTraining
+from nanobert.objectives.evaluate import (
+    EVAL_MASK_PROB,
+    evaluate_checkpoint,
+    evaluate_model,
+    prepare_eval_batches,
+)
 from nanobert.tokenizer import IGNORE_INDEX
 
 DOCS = [[[5 + (d * 11 + s * 3 + t) % 90 for t in range(4 + s % 5)] for s in range(7)] for d in range(6)]
@@ -69,8 +74,8 @@ def test_evaluate_checkpoint_on_another_split_and_its_errors(tmp_path):
 def test_causal_metrics_are_per_predicted_token(tiny_config):
     import dataclasses
 
-    from nanobert.evaluate import prepare_causal_eval_batches
     from nanobert.model import BertLMHeadModel
+    from nanobert.objectives.evaluate import prepare_causal_eval_batches
 
     torch.manual_seed(0)
     model = BertLMHeadModel(dataclasses.replace(tiny_config, is_decoder=True))

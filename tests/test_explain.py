@@ -8,9 +8,9 @@ from helpers import train_tiny_checkpoint
 
 from nanobert.cli import main
 from nanobert.config import ModelConfig
-from nanobert.explain import DIGITS, explain, format_trace
-from nanobert.inference import InferenceModel, load
 from nanobert.model import BertForPreTraining
+from nanobert.use.explain import DIGITS, explain, format_trace
+from nanobert.use.inference import InferenceModel, load
 
 
 @pytest.fixture(scope="module")

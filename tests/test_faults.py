@@ -18,7 +18,11 @@ import torch
 from helpers import TINY_SET, train_tiny_checkpoint, write_corpus
 
 import nanobert
-from nanobert.checkpoint import load_language_model, load_pretraining_checkpoint, load_trainer_state
+from nanobert.checkpoints.checkpoint import (
+    load_language_model,
+    load_pretraining_checkpoint,
+    load_trainer_state,
+)
 from nanobert.cli import main
 from nanobert.errors import NanobertError
 from nanobert.model import BertForPreTraining, BertLMHeadModel

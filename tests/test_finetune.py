@@ -10,11 +10,11 @@ import pytest
 import torch
 from helpers import WORDS, train_tiny_checkpoint
 
-from nanobert.checkpoint import load_finetuned, load_pretraining_checkpoint
+from nanobert.checkpoints.checkpoint import load_finetuned, load_pretraining_checkpoint
 from nanobert.cli import main
+from nanobert.data.labelled import Encoded, TaskSpec, load_split
 from nanobert.errors import NanobertError
-from nanobert.finetune import build_classifier, model_outputs, predict_texts
-from nanobert.finetune_data import Encoded, TaskSpec, load_split
+from nanobert.finetuning.classification import build_classifier, model_outputs, predict_texts
 from nanobert.tokenizer import CLS_ID, SEP_ID, encode_pair, encode_pairs, load_tokenizer
 
 FILLER = [w for w in WORDS if w not in ("red", "blue")]
@@ -250,8 +250,8 @@ def test_default_dropout_follows_the_task_and_the_checkpoint(pretrained):
     that run_task uses it and that an explicit value wins."""
     import dataclasses
 
-    from nanobert.finetune import ClassifierTask
-    from nanobert.qa import QATask
+    from nanobert.finetuning.classification import ClassifierTask
+    from nanobert.finetuning.qa import QATask
 
     pre, _ = load_pretraining_checkpoint(pretrained)
     config = dataclasses.replace(pre.config, hidden_dropout_prob=0.2, attention_probs_dropout_prob=0.2)
@@ -323,7 +323,7 @@ def test_regression_reads_a_fresh_pooler_unless_told(pretrained):
     """By default a regression head reads a pooler started afresh (one STS-B seed in four stalled on the
     NSP-trained one: FinetuneConfig.fresh_pooler), classification the checkpoint's; the encoder below is
     the checkpoint's either way."""
-    from nanobert.finetune import ClassifierTask
+    from nanobert.finetuning.classification import ClassifierTask
 
     assert ClassifierTask(TaskSpec("s", "l", task="regression")).fresh_pooler()[0] is True
     assert ClassifierTask(TaskSpec("s", "l")).fresh_pooler()[0] is False
@@ -341,7 +341,7 @@ def test_a_regression_head_starts_at_the_mean_score(pretrained, tmp_path, from_s
     """Before any step the regression head predicts about the mean training score (its bias), not 0; the
     random-weights control starts the same way, so the comparison stays fair."""
     from nanobert.config import FinetuneConfig
-    from nanobert.finetune import ClassifierTask
+    from nanobert.finetuning.classification import ClassifierTask
 
     rng = random.Random(3)
     scores = [rng.uniform(2, 5) for _ in range(17)]
@@ -377,7 +377,7 @@ def write_pairs(path, n, seed):
 def test_symmetric_pairs_are_split_both_ways(pretrained, tmp_path):
     """A symmetric split holds its pairs read B-A too; training reads the A-B rows, then the B-A rows, with
     the same labels; pair regression is symmetric by default, classification and single texts are not."""
-    from nanobert.finetune import ClassifierTask
+    from nanobert.finetuning.classification import ClassifierTask
 
     tokenizer = load_tokenizer(pretrained)
     spec = TaskSpec(text_col="first", text_pair_col="second", label_col="score", task="regression")
@@ -566,7 +566,7 @@ def test_default_epochs_give_a_small_training_set_enough_steps():
     """No --epochs: 3 for a large set (SST-2), more for a small one (STS-B: 1,500 / 180 steps an epoch), at
     most max_default_epochs; an explicit value is kept (run_task only fills in None)."""
     from nanobert.config import FinetuneConfig
-    from nanobert.tuning import default_epochs
+    from nanobert.finetuning.task import default_epochs
 
     cfg = FinetuneConfig()
     assert cfg.epochs is None

@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 from helpers import WORDS
 
-from nanobert.errors import NanobertError
-from nanobert.finetune_data import (
+from nanobert.data.labelled import (
     Encoded,
     ExampleStream,
     TaskSpec,
@@ -15,7 +14,8 @@ from nanobert.finetune_data import (
     load_split,
     train_batches,
 )
-from nanobert.tabular import read_table
+from nanobert.data.tables import read_table
+from nanobert.errors import NanobertError
 from nanobert.tokenizer import train_tokenizer
 
 

@@ -19,7 +19,7 @@ from test_benchmark_scripts import BENCHMARKS, run_main, tripwire
 
 from nanobert.config import ModelConfig, TrainConfig, config_to_dict
 from nanobert.model import BertForPreTraining
-from nanobert.recipes import DEFAULT_BUDGET
+from nanobert.pretraining.recipes import DEFAULT_BUDGET
 
 ROOT = BENCHMARKS.parent
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -736,7 +736,7 @@ def test_cuda_pretraining_reports_its_peak_memory(tmp_path):
 @cuda
 @pytest.mark.cuda
 def test_cuda_batches_are_prefetched_into_pinned_memory():
-    from nanobert.streams import Prefetcher
+    from nanobert.data.streams import Prefetcher
 
     class Stream:
         def next(self):

@@ -10,11 +10,11 @@ from helpers import train_tiny_checkpoint
 from safetensors.torch import load_file, save_file
 
 import nanobert
-from nanobert.checkpoint import load_pretraining_checkpoint, read_config, save_checkpoint
+from nanobert.checkpoints.checkpoint import load_pretraining_checkpoint, read_config, save_checkpoint
 from nanobert.cli import main
 from nanobert.config import ModelConfig
 from nanobert.errors import NanobertError
-from nanobert.hf_export import export_hf, import_hf
+from nanobert.hf.convert import export_hf, import_hf
 from nanobert.model import BertForPreTraining
 from nanobert.tokenizer import SPECIAL_TOKENS, encode_pair, load_tokenizer
 
@@ -205,7 +205,7 @@ def causal_checkpoint(tmp_path_factory):
 
 def test_a_causal_checkpoint_exports_as_bert_lm_head_model(causal_checkpoint, tmp_path, capsys):
     """transformers loads it with no missing or unexpected keys, as a decoder, with the same logits."""
-    from nanobert.checkpoint import load_causal_lm
+    from nanobert.checkpoints.checkpoint import load_causal_lm
 
     out = export_hf(causal_checkpoint, tmp_path / "hf")
     config = json.loads((out / "config.json").read_text())

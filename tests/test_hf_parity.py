@@ -5,9 +5,9 @@ import torch
 from helpers import TINY_MODEL
 
 from nanobert.config import ModelConfig
-from nanobert.hf_export import from_hf_state_dict, to_hf_config, to_hf_state_dict
+from nanobert.hf.convert import from_hf_state_dict, to_hf_config, to_hf_state_dict
 from nanobert.model import BertForPreTraining
-from nanobert.recipes import MODEL_PRESETS
+from nanobert.pretraining.recipes import MODEL_PRESETS
 
 transformers = pytest.importorskip("transformers")
 

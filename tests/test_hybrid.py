@@ -11,11 +11,11 @@ from helpers import TINY_MODEL, TINY_SET, write_corpus
 
 from nanobert.cli import main
 from nanobert.config import ModelConfig, TrainConfig
+from nanobert.data.nsp import MaskingCollator
 from nanobert.errors import NanobertError
-from nanobert.hybrid import HybridCollator, hybrid_held_out, hybrid_loss, shift_labels
 from nanobert.model import BertForHybridLM
-from nanobert.objectives import OBJECTIVES
-from nanobert.pretraining_data import MaskingCollator
+from nanobert.objectives.hybrid import HybridCollator, hybrid_held_out, hybrid_loss, shift_labels
+from nanobert.objectives.registry import OBJECTIVES
 from nanobert.tokenizer import CLS_ID, IGNORE_INDEX, MASK_ID, NUM_SPECIAL_TOKENS
 
 VOCAB = TINY_MODEL["vocab_size"]

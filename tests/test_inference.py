@@ -12,9 +12,9 @@ from helpers import train_tiny_checkpoint
 import nanobert
 from nanobert.cli import main
 from nanobert.errors import NanobertError
-from nanobert.inference import load
-from nanobert.plots import ATTENTION_DPI, attention_figure_inches
 from nanobert.tokenizer import NUM_SPECIAL_TOKENS
+from nanobert.use.inference import load
+from nanobert.use.plots import ATTENTION_DPI, attention_figure_inches
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nanobert.metrics import accuracy as accuracy_score
-from nanobert.metrics import average_ranks, compute_metrics, macro_f1, matthews_corrcoef, pearson, spearman
+from nanobert.use.metrics import accuracy as accuracy_score
+from nanobert.use.metrics import (
+    average_ranks,
+    compute_metrics,
+    macro_f1,
+    matthews_corrcoef,
+    pearson,
+    spearman,
+)
 
 
 def test_classification_metrics_by_hand():
@@ -56,7 +63,7 @@ def test_compute_metrics_reads_logits_or_scores():
 
 
 def test_squad_normalisation_exact_match_and_f1_by_hand():
-    from nanobert.metrics import exact_match, f1_score, normalize_answer, squad_scores
+    from nanobert.use.metrics import exact_match, f1_score, normalize_answer, squad_scores
 
     assert normalize_answer("The  Denver Broncos!") == "denver broncos"
     assert normalize_answer("an apple, a pear and the fig.") == "apple pear and fig"
@@ -84,7 +91,7 @@ def test_squad_normalisation_exact_match_and_f1_by_hand():
 
 
 def test_squad_v1_and_v2_rules_differ_where_an_answer_normalises_to_nothing():
-    from nanobert.metrics import squad_scores
+    from nanobert.use.metrics import squad_scores
 
     predictions = {"dot": "", "dot-or-city": "", "city": "Paris", "none": "", "none-guess": "Paris"}
     golds = {

@@ -5,10 +5,10 @@ import torch
 import torch.nn.functional as F
 
 from nanobert.config import ModelConfig
+from nanobert.data.nsp import masked_positions, query_layout
 from nanobert.errors import NanobertError
 from nanobert.model import BertForPreTraining, BertForSequenceClassification
-from nanobert.pretraining_data import masked_positions, query_layout
-from nanobert.recipes import MODEL_PRESETS
+from nanobert.pretraining.recipes import MODEL_PRESETS
 
 
 def random_batch(config, B=3, T=11, pad_last=0):

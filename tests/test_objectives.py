@@ -8,10 +8,10 @@ import pytest
 import torch
 from helpers import TINY_MODEL
 
-from nanobert.checkpoint import KINDS
+from nanobert.checkpoints.checkpoint import KINDS
 from nanobert.config import ModelConfig, TrainConfig
 from nanobert.errors import NanobertError
-from nanobert.objectives import (
+from nanobert.objectives.registry import (
     OBJECTIVES,
     objective_of,
     objective_of_kind,

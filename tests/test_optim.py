@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from nanobert.config import ModelConfig
+from nanobert.engine.optimizer import build_optimizer, lr_multiplier, parameter_groups, set_learning_rate
 from nanobert.model import BertForPreTraining, BertForSequenceClassification
-from nanobert.optim import build_optimizer, lr_multiplier, parameter_groups, set_learning_rate
 
 
 def test_lr_schedule_is_warmup_then_linear_decay():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from nanobert.errors import NanobertError
-from nanobert.plots import ATTENTION_DPI, attention_figure_inches, image_path, plot_attention, plot_curves
+from nanobert.use.plots import ATTENTION_DPI, attention_figure_inches, image_path, plot_attention, plot_curves
 
 
 def test_curves_from_a_metrics_file(tmp_path):

@@ -9,12 +9,12 @@ import pytest
 import torch
 from helpers import TINY_SET, write_corpus
 
-import nanobert.prepare as prepare_mod
+import nanobert.data.prepare as prepare_mod
 from nanobert.cli import main
 from nanobert.config import TrainConfig
-from nanobert.corpus import read_text_file
+from nanobert.data.corpus import read_text_file
+from nanobert.data.prepare import PreparedCorpus, WindowedInstances, iter_documents, prepare_corpus
 from nanobert.errors import NanobertError
-from nanobert.prepare import PreparedCorpus, WindowedInstances, iter_documents, prepare_corpus
 from nanobert.tokenizer import encode_documents
 
 CLS, SEP = 2, 3

@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from nanobert.config import TrainConfig
-from nanobert.corpus import read_text_file
+from nanobert.data.corpus import read_text_file
+from nanobert.data.nsp import MaskingCollator, create_instances
+from nanobert.data.prepare import PreparedCorpus, WindowedInstances, iter_documents, prepare_corpus
 from nanobert.errors import NanobertError
-from nanobert.prepare import PreparedCorpus, WindowedInstances, iter_documents, prepare_corpus
-from nanobert.pretraining_data import MaskingCollator, create_instances
 from nanobert.tokenizer import (
     IGNORE_INDEX,
     NUM_SPECIAL_TOKENS,

@@ -7,11 +7,11 @@ import pytest
 import torch
 from helpers import qa_checkpoint, squad_task, train_tiny_checkpoint, write_squad_task
 
-from nanobert.checkpoint import load_pretraining_checkpoint, save_checkpoint
+from nanobert.checkpoints.checkpoint import load_pretraining_checkpoint, save_checkpoint
 from nanobert.cli import main
 from nanobert.config import QAConfig, TrainConfig
 from nanobert.errors import NanobertError
-from nanobert.qa import finetune_qa, load_qa_model
+from nanobert.finetuning.qa import finetune_qa, load_qa_model
 from nanobert.tokenizer import load_tokenizer
 
 
@@ -73,7 +73,7 @@ def test_predict_writes_the_official_prediction_file(tuned, task, capsys):
 def test_predict_honours_device_and_batch_size_and_scores_by_the_files_version(
     tuned, task, tmp_path, capsys, monkeypatch
 ):
-    import nanobert.qa_inference as inference  # where predict_qa loads and runs the model
+    import nanobert.use.answers as inference  # where predict_qa loads and runs the model
 
     out, _ = tuned
     root, _, dev = task
@@ -216,8 +216,8 @@ def test_a_run_never_writes_over_its_dev_file_or_into_its_checkpoint(task, tmp_p
 
 def test_the_qa_checkpoint_exports_as_bert_for_question_answering(tuned, tmp_path):
     transformers = pytest.importorskip("transformers")
-    from nanobert.checkpoint import load_qa
-    from nanobert.hf_export import export_hf
+    from nanobert.checkpoints.checkpoint import load_qa
+    from nanobert.hf.convert import export_hf
 
     out, _ = tuned
     exported = export_hf(out / "best", tmp_path / "hf")
@@ -274,7 +274,7 @@ def test_bad_input_is_one_line(tuned, task, tmp_path, capsys):
 
 def test_qa_refuses_to_read_its_pairs_both_ways():
     """A question and its passage have an order: the library refuses `symmetric_pairs` as the CLI does."""
-    from nanobert.qa import QATask
+    from nanobert.finetuning.qa import QATask
 
     with pytest.raises(NanobertError, match="a question and its passage have an order"):
         QATask().check(QAConfig(symmetric_pairs=True), from_scratch=False)

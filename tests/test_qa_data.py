@@ -6,8 +6,8 @@ import re
 import numpy as np
 import pytest
 
+from nanobert.data.squad import QAExample, _max_context, _windows, best_answers, featurize, read_squad
 from nanobert.errors import NanobertError
-from nanobert.qa_data import QAExample, _max_context, _windows, best_answers, featurize, read_squad
 from nanobert.tokenizer import train_tokenizer
 
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar".split()

@@ -5,7 +5,7 @@ import pytest
 import torch
 from helpers import TINY_MODEL
 
-from nanobert.checkpoint import save_checkpoint
+from nanobert.checkpoints.checkpoint import save_checkpoint
 from nanobert.config import ModelConfig
 from nanobert.errors import NanobertError
 from nanobert.model import BertForPreTraining

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from nanobert.engine.run_log import RunLog, prepare_out_dir, read_records, write_summary
 from nanobert.errors import NanobertError
-from nanobert.run_log import RunLog, prepare_out_dir, read_records, write_summary
 
 
 def test_the_guard_refuses_a_directory_that_holds_a_run(tmp_path):

@@ -9,8 +9,9 @@ from helpers import train_tiny_checkpoint
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from nanobert.errors import NanobertError
-from nanobert.inference import load
-from nanobert.scoring import (
+from nanobert.tokenizer import CLS_ID, MASK_ID, SEP_ID
+from nanobert.use.inference import load
+from nanobert.use.scoring import (
     RULE_CAUSAL,
     RULE_ORIGINAL,
     RULE_WITHIN_WORD,
@@ -21,7 +22,6 @@ from nanobert.scoring import (
     score_sentences,
     word_ends,
 )
-from nanobert.tokenizer import CLS_ID, MASK_ID, SEP_ID
 
 SENTENCES = [
     "Alpha bravo charlie delta .",

@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 
 from nanobert.cli import main
 from nanobert.errors import NanobertError
-from nanobert.inference import load
+from nanobert.use.inference import load
 
 REQUIRE_BROWSER = os.environ.get("NANOBERT_REQUIRE_BROWSER") == "1"
 try:
@@ -34,7 +34,7 @@ except ImportError:
         raise
     pytest.skip("no fastapi/uvicorn; pip install -e '.[serve]'", allow_module_level=True)
 
-from nanobert.serve import (  # noqa: E402 - after the extra's check
+from nanobert.serve.app import (  # noqa: E402 - after the extra's check
     HEADER_TIMEOUT_S,
     KEEP_ALIVE_S,
     MAX_ATTENTION_CELLS,
@@ -229,7 +229,7 @@ def test_one_request_cannot_exhaust_the_server(server):
     """80 [MASK]s with top_k 1e9 once took 2.3 GB and 49 s; every limit is refused at once, in one line."""
     import resource
 
-    import nanobert.serve as serve_module
+    import nanobert.serve.app as serve_module
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB, the process's high-water mark
     text = " ".join(["alpha [MASK]"] * 80)
@@ -345,7 +345,7 @@ def test_the_page_guide_states_the_limits_the_page_enforces():
 def test_idle_and_slow_connections_are_closed(run, monkeypatch):
     import socket
 
-    import nanobert.serve as serve_module
+    import nanobert.serve.app as serve_module
 
     monkeypatch.setattr(serve_module, "HEADER_TIMEOUT_S", 0.5)
     with serving(run) as base:
@@ -712,7 +712,7 @@ def test_a_qa_checkpoint_gets_the_answer_panel(browser, tmp_path, capsys):
     from helpers import qa_checkpoint, write_squad_task
 
     from nanobert.config import QAConfig
-    from nanobert.qa import finetune_qa
+    from nanobert.finetuning.qa import finetune_qa
 
     train = write_squad_task(tmp_path / "train.json", 200, 0)
     cfg = QAConfig(

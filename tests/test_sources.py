@@ -3,10 +3,10 @@
 import pytest
 from helpers import write_corpus
 
-from nanobert.corpus import read_text_file, toy_documents
+from nanobert.data.corpus import read_text_file, toy_documents
+from nanobert.data.prepare import prepare_corpus
+from nanobert.data.sources import DEFAULT_DATA, DataSources
 from nanobert.errors import NanobertError
-from nanobert.prepare import prepare_corpus
-from nanobert.sources import DEFAULT_DATA, DataSources
 from nanobert.tokenizer import encode_documents, train_tokenizer
 
 

@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from nanobert.config import TrainConfig
+from nanobert.data.nsp import CausalCollator, MaskingCollator
+from nanobert.data.streams import BatchStream, Prefetcher, Synchronous
 from nanobert.errors import NanobertError
-from nanobert.objectives import OBJECTIVES
-from nanobert.pretraining_data import CausalCollator, MaskingCollator
-from nanobert.streams import BatchStream, Prefetcher, Synchronous
+from nanobert.objectives.registry import OBJECTIVES
 
 CAUSAL = OBJECTIVES["causal"]  # its stream: next-word windows, no pruning layout
 

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
+from nanobert.data.tables import detect_format, parse_column, read_table, write_table
 from nanobert.errors import NanobertError
-from nanobert.tabular import detect_format, parse_column, read_table, write_table
 
 
 def test_formats_come_from_the_extension_unless_given(tmp_path):

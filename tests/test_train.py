@@ -166,7 +166,7 @@ def test_toy_corpus_is_memorised(tmp_path, capsys, threads):
 def test_the_log_says_when_next_sentence_is_not_learned_yet():
     """A head that answers one label for every pair scores the majority label's share: the run's last lines
     say so and what to do, instead of leaving a user to read 0.57 as a weak model."""
-    from nanobert.held_out import nsp_not_learned
+    from nanobert.objectives.held_out import nsp_not_learned
 
     batches = [
         {"next_sentence_label": torch.tensor([0, 0, 1])},
@@ -333,7 +333,7 @@ def test_compile_true_trains_and_matches_eager(tmp_path, monkeypatch):
     assert len(compiled) == 4 and compiled == pytest.approx(eager, abs=1e-4)
     config = json.loads((runs["true"] / "last" / "config.json").read_text())
     assert config["train"]["compile"] is True  # and the checkpoint holds plain names (no _orig_mod.)
-    from nanobert.checkpoint import load_pretraining_checkpoint
+    from nanobert.checkpoints.checkpoint import load_pretraining_checkpoint
 
     load_pretraining_checkpoint(runs["true"] / "last")
 
@@ -400,7 +400,7 @@ def test_depth_follows_the_passes_the_plan_gives(tmp_path, capsys, monkeypatch):
     exactly as a run asking for that depth; at or above it, the layers asked for. A resume keeps the depth."""
     from safetensors.torch import load_file
 
-    import nanobert.depth
+    import nanobert.pretraining.size_rule
 
     def layers(run):
         return json.loads((run / "last" / "config.json").read_text())["model"]["num_hidden_layers"]
@@ -424,7 +424,7 @@ def test_depth_follows_the_passes_the_plan_gives(tmp_path, capsys, monkeypatch):
     assert layers(tmp_path / "deep") == 2
     # a time budget's passes come from a timed step (here a fixed 0.5 s), and the log says how it chose
     capsys.readouterr()
-    monkeypatch.setattr(nanobert.depth, "step_seconds", lambda step, dtype: 0.5)
+    monkeypatch.setattr(nanobert.pretraining.size_rule, "step_seconds", lambda step, dtype: 0.5)
     timed = tmp_path / "timed"
     argv = ["pretrain", "--train", str(tmp_path / "corpus.txt"), "--out", str(timed), "--device", "cpu"]
     assert main([*argv, "--time-budget", "2", "--set", *TINY_SET, "shallow_below_passes=1000"]) == 0
@@ -437,8 +437,8 @@ def test_depth_follows_the_passes_the_plan_gives(tmp_path, capsys, monkeypatch):
 def test_a_gpu_first_run_trains_the_largest_shape_that_makes_its_steps(tmp_path, capsys, monkeypatch):
     """min_planned_steps: each shape of GPU_SHAPES is timed (here: fixed times, largest slowest) and the
     largest that leaves that many steps in the budget trains; the log says which and why."""
-    import nanobert.depth
-    from nanobert.recipes import GPU_SHAPES, MODEL_PRESETS
+    import nanobert.pretraining.size_rule
+    from nanobert.pretraining.recipes import GPU_SHAPES, MODEL_PRESETS
 
     timed = []
 
@@ -451,7 +451,7 @@ def test_a_gpu_first_run_trains_the_largest_shape_that_makes_its_steps(tmp_path,
             n for n in GPU_SHAPES if all(getattr(config, k) == v for k, v in MODEL_PRESETS[n].items())
         )
 
-    monkeypatch.setattr(nanobert.depth, "time_step", fake_time)
+    monkeypatch.setattr(nanobert.pretraining.size_rule, "time_step", fake_time)
     run = tmp_path / "gpu"
     corpus = write_corpus(tmp_path / "corpus.txt")
     settings = ["vocab_size=120", "max_seq_len=48", "batch_size=4", "precision=fp32", "eval_interval=5"]

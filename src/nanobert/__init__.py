@@ -18,8 +18,8 @@ The Python API, in the order of notebooks/bert_from_scratch.ipynb (which walks a
 
 Each CLI subcommand calls one of these (`nanobert.cli`). The names are imported lazily, so `import nanobert`
 is cheap and has no side effects; each resolves on first use. No name is also a module's (importing a
-submodule sets the package's attribute of that name): `nanobert.finetune` is the module, `finetune_classifier`
-the job in it.
+submodule sets the package's attribute of that name): `nanobert.finetuning` is a package,
+`finetune_classifier` the job in it.
 """
 
 from importlib import import_module
@@ -29,14 +29,14 @@ __version__ = "0.1.0"
 # name -> "module" (the same name in it) or "module:name"
 _EXPORTS = {
     # data and tokens
-    "load_documents": "nanobert.corpus",
+    "load_documents": "nanobert.data.corpus",
     "train_tokenizer": "nanobert.tokenizer",
     "load_tokenizer": "nanobert.tokenizer",
     "save_tokenizer": "nanobert.tokenizer",
     "encode_pair": "nanobert.tokenizer",
     "encode_documents": "nanobert.tokenizer",
-    "create_instances": "nanobert.pretraining_data",
-    "MaskingCollator": "nanobert.pretraining_data",
+    "create_instances": "nanobert.data.nsp",
+    "MaskingCollator": "nanobert.data.nsp",
     # models
     "ModelConfig": "nanobert.config",
     "BertModel": "nanobert.model",
@@ -45,32 +45,32 @@ _EXPORTS = {
     "BertForSequenceClassification": "nanobert.model",
     # pretraining
     "TrainConfig": "nanobert.config",
-    "PRESETS": "nanobert.recipes",
-    "preset_configs": "nanobert.recipes",
-    "DataSources": "nanobert.sources",
-    "pretrain": "nanobert.train",
-    "evaluate_checkpoint": "nanobert.evaluate",
-    "curves_figure": "nanobert.plots",
+    "PRESETS": "nanobert.pretraining.recipes",
+    "preset_configs": "nanobert.pretraining.recipes",
+    "DataSources": "nanobert.data.sources",
+    "pretrain": "nanobert.pretraining.pretrain",
+    "evaluate_checkpoint": "nanobert.objectives.evaluate",
+    "curves_figure": "nanobert.use.plots",
     # using a checkpoint
-    "load_pretraining_checkpoint": "nanobert.checkpoint",
-    "load": "nanobert.inference",
-    "InferenceModel": "nanobert.inference",
-    "attention_figure": "nanobert.plots",
-    "plot_attention": "nanobert.plots",
+    "load_pretraining_checkpoint": "nanobert.checkpoints.checkpoint",
+    "load": "nanobert.use.inference",
+    "InferenceModel": "nanobert.use.inference",
+    "attention_figure": "nanobert.use.plots",
+    "plot_attention": "nanobert.use.plots",
     # what the model knows
-    "score_sentences": "nanobert.scoring",
-    "load_blimp": "nanobert.blimp",
-    "evaluate_blimp": "nanobert.blimp",
+    "score_sentences": "nanobert.use.scoring",
+    "load_blimp": "nanobert.use.blimp",
+    "evaluate_blimp": "nanobert.use.blimp",
     # fine-tuning
     "FinetuneConfig": "nanobert.config",
-    "TaskSpec": "nanobert.finetune_data",
-    "finetune_classifier": "nanobert.finetune:finetune",
-    "predict_texts": "nanobert.task_inference",
-    "predict": "nanobert.task_inference",
-    "load_finetuned": "nanobert.checkpoint",
+    "TaskSpec": "nanobert.data.labelled",
+    "finetune_classifier": "nanobert.finetuning.classification:finetune",
+    "predict_texts": "nanobert.use.classifier",
+    "predict": "nanobert.use.classifier",
+    "load_finetuned": "nanobert.checkpoints.checkpoint",
     # transformers
-    "export_hf": "nanobert.hf_export",
-    "import_hf": "nanobert.hf_export",
+    "export_hf": "nanobert.hf.convert",
+    "import_hf": "nanobert.hf.convert",
     # errors
     "NanobertError": "nanobert.errors",
 }

@@ -26,7 +26,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-from nanobert.checkpoint import (
+from nanobert.checkpoints.checkpoint import (
     CONFIG_NAME,
     KINDS,
     checkpoint_kind,

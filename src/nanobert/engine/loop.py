@@ -32,10 +32,10 @@ import torch
 from torch import nn
 
 from nanobert.device import autocast
-from nanobert.distributed import Distributed
+from nanobert.engine.distributed import Distributed
+from nanobert.engine.optimizer import lr_multiplier, set_learning_rate
+from nanobert.engine.run_log import RunLog
 from nanobert.errors import NanobertError
-from nanobert.optim import lr_multiplier, set_learning_rate
-from nanobert.run_log import RunLog
 
 
 @dataclass

@@ -27,13 +27,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from nanobert.checkpoint import KINDS, checkpoint_tokenizer, kind_of_model, load_language_model
-from nanobert.corpus import check_text_file, utf8_lines
+from nanobert.checkpoints.checkpoint import KINDS, checkpoint_tokenizer, kind_of_model, load_language_model
+from nanobert.data.corpus import check_text_file, utf8_lines
 from nanobert.device import resolve_device
 from nanobert.errors import NanobertError, atomic_file, check_output_file
-from nanobert.explain import Trace, explain
 from nanobert.model import BertForPreTraining, BertLMHeadModel
-from nanobert.scoring import Comparison, SentenceScore, score_sentences
 from nanobert.tokenizer import (
     CHARS_PER_POSITION,
     CLS_ID,
@@ -48,6 +46,8 @@ from nanobert.tokenizer import (
     encode_sentences,
     pad,
 )
+from nanobert.use.explain import Trace, explain
+from nanobert.use.scoring import Comparison, SentenceScore, score_sentences
 
 # "[mask]" typed in lower case would otherwise be split into "[", "mask", "]" and silently mean nothing.
 _MASK_ANY_CASE = re.compile(r"\[mask\]", re.IGNORECASE)
@@ -298,7 +298,7 @@ class InferenceModel:
     def score(self, text: str, rule: str | None = None) -> SentenceScore:
         """How likely the model finds `text`: each word piece's log-probability and their sum. A masked
         model gives its pseudo-log-likelihood (`rule` "within_word", the default, or "original"), a causal
-        one its log-likelihood; see `nanobert.scoring`."""
+        one its log-likelihood; see `nanobert.use.scoring`."""
         require_words(text)
         return score_sentences(self.model, self.tokenizer, [text], rule)[0]
 
@@ -309,7 +309,7 @@ class InferenceModel:
         return Comparison(*score_sentences(self.model, self.tokenizer, [text_a, text_b], rule))
 
     def explain(self, text_a: str, text_b: str | None = None, **kwargs: Any) -> Trace:
-        """A step-by-step trace of one forward pass; see `nanobert.explain.explain` (same keywords)."""
+        """A step-by-step trace of one forward pass; see `nanobert.use.explain.explain` (same keywords)."""
         require_words(text_a, text_b)
         return explain(self, text_a, text_b, **kwargs)
 

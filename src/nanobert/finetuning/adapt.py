@@ -25,18 +25,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from nanobert.checkpoint import PRETRAINING, save_checkpoint
+from nanobert.checkpoints.checkpoint import PRETRAINING, save_checkpoint
 from nanobert.config import FinetuneConfig, TrainConfig, config_to_dict
+from nanobert.data.labelled import Encoded, ExampleStream
+from nanobert.data.nsp import Instance, MaskingCollator
 from nanobert.device import choose_precision
-from nanobert.engine import Job, Plan, RunState, fit, precision_step, shape_key
+from nanobert.engine.loop import Job, Plan, RunState, fit, precision_step, shape_key
+from nanobert.engine.optimizer import build_optimizer
+from nanobert.engine.run_log import RunLog, prepare_out_dir
 from nanobert.errors import NanobertError
-from nanobert.finetune_data import Encoded, ExampleStream
-from nanobert.held_out import mlm_nsp_metrics
+from nanobert.finetuning.task import copy_encoder, seed_run
 from nanobert.model import BertForPreTraining
-from nanobert.optim import build_optimizer
-from nanobert.pretraining_data import Instance, MaskingCollator
-from nanobert.run_log import RunLog, prepare_out_dir
-from nanobert.tuning import copy_encoder, seed_run
+from nanobert.objectives.held_out import mlm_nsp_metrics
 
 MASK_PROB = 0.15  # BERT's standard rate: adaptation polishes a model, it does not pretrain one fast
 WARMUP_RATIO = TrainConfig.warmup_ratio  # pretraining's

@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from nanobert.checkpoint import remove_stale_temporaries, write_atomically
+from nanobert.checkpoints.checkpoint import remove_stale_temporaries, write_atomically
 from nanobert.config import TrainConfig
-from nanobert.corpus import (
+from nanobert.data.corpus import (
     WIKITEXT_HF_NAMES,
     Document,
     _heading_level,  # the heading rule and the UTF-8 line reader of read_text_file, shared, not copied
@@ -47,8 +47,7 @@ from nanobert.corpus import (
     split_sentences,
     utf8_lines,
 )
-from nanobert.errors import NanobertError, check_output_dir
-from nanobert.pretraining_data import (
+from nanobert.data.nsp import (
     CLS_ID,
     SEP_ID,
     Instance,
@@ -57,6 +56,7 @@ from nanobert.pretraining_data import (
     causal_batches,
     require_causal_window,
 )
+from nanobert.errors import NanobertError, check_output_dir
 from nanobert.tokenizer import (
     check_tokenizer_options,
     encode_sentences,

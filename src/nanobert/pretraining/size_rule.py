@@ -15,12 +15,12 @@ import dataclasses
 import torch
 
 from nanobert.config import TrainConfig
+from nanobert.data.streams import BatchStream
 from nanobert.device import choose_precision, step_seconds
-from nanobert.distributed import Distributed
-from nanobert.engine import precision_step, shape_key
-from nanobert.objectives import objective_of
-from nanobert.recipes import GPU_SHAPES, MODEL_PRESETS
-from nanobert.streams import BatchStream
+from nanobert.engine.distributed import Distributed
+from nanobert.engine.loop import precision_step, shape_key
+from nanobert.objectives.registry import objective_of
+from nanobert.pretraining.recipes import GPU_SHAPES, MODEL_PRESETS
 
 
 def choose_size(

@@ -35,7 +35,7 @@ import torch
 from tokenizers import Tokenizer
 from torch.nn.parallel import DistributedDataParallel
 
-from nanobert.checkpoint import (
+from nanobert.checkpoints.checkpoint import (
     checkpoint_kind,
     checkpoint_tokenizer,
     load_language_model,
@@ -47,10 +47,12 @@ from nanobert.checkpoint import (
     wrong_kind,
 )
 from nanobert.config import ModelConfig, TrainConfig, config_from_dict
-from nanobert.depth import choose_size
+from nanobert.data.prepare import PreparedSplit
+from nanobert.data.sources import DataSources
+from nanobert.data.streams import BatchStream, CorpusInstances, feeder
 from nanobert.device import autocast_dtype, choose_precision, hardware_description, resolve_device
-from nanobert.distributed import Distributed, from_environment
-from nanobert.engine import (
+from nanobert.engine.distributed import Distributed, from_environment
+from nanobert.engine.loop import (
     Job,
     Outcome,
     Plan,
@@ -61,17 +63,15 @@ from nanobert.engine import (
     run_summary,
     shape_key,
 )
+from nanobert.engine.optimizer import build_optimizer
+from nanobert.engine.run_log import METRICS_NAME, RunLog, checkpoint_bytes, prepare_out_dir, write_summary
 from nanobert.errors import NanobertError
-from nanobert.held_out import nsp_not_learned
 from nanobert.model import BertForPreTraining, BertLMHeadModel
-from nanobert.objectives import OBJECTIVES, Objective, objective_of
-from nanobert.optim import build_optimizer
-from nanobert.plots import plot_curves
-from nanobert.prepare import PreparedSplit
-from nanobert.run_log import METRICS_NAME, RunLog, checkpoint_bytes, prepare_out_dir, write_summary
-from nanobert.sources import DataSources
-from nanobert.streams import BatchStream, CorpusInstances, feeder
+from nanobert.objectives.held_out import nsp_not_learned
+from nanobert.objectives.registry import OBJECTIVES, Objective, objective_of
+from nanobert.pretraining.size_rule import choose_size
 from nanobert.tokenizer import encode_documents, load_tokenizer, train_tokenizer
+from nanobert.use.plots import plot_curves
 
 
 @dataclass

@@ -18,16 +18,16 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 
-from nanobert.device import autocast, evaluating
-from nanobert.errors import NanobertError
-from nanobert.model import BertForPreTraining, BertLMHeadModel
-from nanobert.pretraining_data import (
+from nanobert.data.nsp import (
     CausalCollator,
     Instance,
     MaskingCollator,
     causal_windows,
     create_instances,
 )
+from nanobert.device import autocast, evaluating
+from nanobert.errors import NanobertError
+from nanobert.model import BertForPreTraining, BertLMHeadModel
 from nanobert.tokenizer import IGNORE_INDEX
 
 METRIC_KEYS = ("mlm_loss", "mlm_accuracy", "mlm_perplexity", "nsp_loss", "nsp_accuracy")

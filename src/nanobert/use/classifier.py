@@ -16,10 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from nanobert.checkpoint import load_finetuned
-from nanobert.device import autocast, autocast_dtype, evaluating, resolve_device
-from nanobert.errors import NanobertError, check_output_file
-from nanobert.finetune_data import (
+from nanobert.checkpoints.checkpoint import load_finetuned
+from nanobert.data.labelled import (
     Encoded,
     Split,
     encode_split,
@@ -28,10 +26,12 @@ from nanobert.finetune_data import (
     read_texts,
     regression_targets,
 )
-from nanobert.metrics import compute_metrics
+from nanobert.data.tables import Column, detect_format, read_table, write_table
+from nanobert.device import autocast, autocast_dtype, evaluating, resolve_device
+from nanobert.errors import NanobertError, check_output_file
 from nanobert.model import BertForSequenceClassification
-from nanobert.tabular import Column, detect_format, read_table, write_table
 from nanobert.tokenizer import count_cut
+from nanobert.use.metrics import compute_metrics
 
 
 @torch.no_grad()

@@ -22,34 +22,17 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
-from nanobert.checkpoint import CAUSAL_LM, HYBRID_LM, KINDS, PRETRAINING, wrong_kind
+from nanobert.checkpoints.checkpoint import CAUSAL_LM, HYBRID_LM, KINDS, PRETRAINING, wrong_kind
 from nanobert.config import ModelConfig, TrainConfig
-from nanobert.errors import NanobertError
-from nanobert.held_out import (
-    CAUSAL_METRIC_KEYS,
-    METRIC_KEYS,
-    causal_lm_metrics,
-    mlm_nsp_metrics,
-    prepare_causal_eval_batches,
-    prepare_eval_batches,
-)
-from nanobert.hybrid import (
-    HYBRID_METRIC_KEYS,
-    HybridCollator,
-    hybrid_held_out,
-    hybrid_loss,
-    hybrid_metrics,
-    masked_batch,
-)
-from nanobert.prepare import (
+from nanobert.data.nsp import CausalCollator, MaskingCollator, query_layout, word_start_table
+from nanobert.data.prepare import (
     PreparedSplit,
     WindowedInstances,
     causal_window_batches,
     check_causal_windows,
     nsp_window_batches,
 )
-from nanobert.pretraining_data import CausalCollator, MaskingCollator, query_layout, word_start_table
-from nanobert.streams import (
+from nanobert.data.streams import (
     MLM_POSITIONS_MULTIPLE,
     QUERY_WIDTH_MULTIPLE,
     BatchStream,
@@ -59,6 +42,23 @@ from nanobert.streams import (
     check_causal_corpus,
     check_nsp_corpus,
     nsp_corpus_batches,
+)
+from nanobert.errors import NanobertError
+from nanobert.objectives.held_out import (
+    CAUSAL_METRIC_KEYS,
+    METRIC_KEYS,
+    causal_lm_metrics,
+    mlm_nsp_metrics,
+    prepare_causal_eval_batches,
+    prepare_eval_batches,
+)
+from nanobert.objectives.hybrid import (
+    HYBRID_METRIC_KEYS,
+    HybridCollator,
+    hybrid_held_out,
+    hybrid_loss,
+    hybrid_metrics,
+    masked_batch,
 )
 from nanobert.tokenizer import CLS_ID, IGNORE_INDEX, MASK_ID, NUM_SPECIAL_TOKENS
 

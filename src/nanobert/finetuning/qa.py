@@ -23,17 +23,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from nanobert.adapt import adapt_encoder, check_adaptation
-from nanobert.checkpoint import (
+from nanobert.checkpoints.checkpoint import (
     QUESTION_ANSWERING,
     load_state_dict,
 )
 from nanobert.config import QAConfig, config_to_dict
+from nanobert.data.labelled import Encoded
+from nanobert.data.squad import QAExample, QAFeatures, featurize, read_squad
 from nanobert.errors import NanobertError
-from nanobert.finetune_data import Encoded
+from nanobert.finetuning.adapt import adapt_encoder, check_adaptation
+from nanobert.finetuning.task import Task, epoch_job, run_task, with_encoder
 from nanobert.model import BertForPreTraining, BertForQuestionAnswering
-from nanobert.qa_data import QAExample, QAFeatures, featurize, read_squad
-from nanobert.qa_inference import (
+from nanobert.use.answers import (
     QAModel,
     golds,
     is_version_2,
@@ -42,7 +43,6 @@ from nanobert.qa_inference import (
     span_logits,
     write_answers,
 )
-from nanobert.tuning import Task, epoch_job, run_task, with_encoder
 
 # ----------------------------------------------------------------------------------------------------------
 # The run

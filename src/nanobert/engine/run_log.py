@@ -16,6 +16,13 @@ from typing import Any
 
 from tqdm.std import tqdm
 
+from nanobert.checkpoints.run_files import (
+    METRICS_NAME,
+    SUMMARY_NAME,
+    read_records,
+    read_summary,
+    scan_records,
+)
 from nanobert.errors import (
     NanobertError,
     atomic_file,
@@ -24,7 +31,6 @@ from nanobert.errors import (
     raise_user_os_error,
     within,
 )
-from nanobert.run_files import METRICS_NAME, SUMMARY_NAME, read_records, read_summary, scan_records
 
 CURVES_NAME = "curves.png"
 # What marks a directory as holding a run ("adapt": a fine-tuning run's adaptation, even one interrupted)

@@ -23,19 +23,19 @@ from typing import Any
 
 import torch
 
-from nanobert.adapt import adapt_encoder, check_adaptation
-from nanobert.checkpoint import (
+from nanobert.checkpoints.checkpoint import (
     SEQUENCE_CLASSIFICATION,
     load_state_dict,
 )
 from nanobert.config import FinetuneConfig, config_to_dict
-from nanobert.engine import Job, Plan, RunState
+from nanobert.data.labelled import Split, TaskSpec, load_split
+from nanobert.engine.loop import Job, Plan, RunState
+from nanobert.engine.run_log import RunLog
 from nanobert.errors import NanobertError
-from nanobert.finetune_data import Split, TaskSpec, load_split
-from nanobert.metrics import compute_metrics
+from nanobert.finetuning.adapt import adapt_encoder, check_adaptation
+from nanobert.finetuning.task import Task, epoch_job, run_task, with_encoder
 from nanobert.model import BertForPreTraining, BertForSequenceClassification
-from nanobert.run_log import RunLog
-from nanobert.task_inference import (
+from nanobert.use.classifier import (
     Prediction,
     classify,
     model_outputs,
@@ -43,7 +43,7 @@ from nanobert.task_inference import (
     predict_texts,
     split_outputs,
 )
-from nanobert.tuning import Task, epoch_job, run_task, with_encoder
+from nanobert.use.metrics import compute_metrics
 
 CLASSIFICATION_DROPOUT = 0.1
 METRICS = {"classification": ("accuracy", "macro_f1", "mcc"), "regression": ("pearson", "spearman")}

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from nanobert.checkpoint import (
+from nanobert.checkpoints.checkpoint import (
     checkpoint_tokenizer,
     kind_of_model,
     load_language_model,
@@ -29,13 +29,13 @@ from nanobert.checkpoint import (
     wrong_kind,
 )
 from nanobert.config import FinetuneConfig, ModelConfig
+from nanobert.data.labelled import Encoded, ExampleStream, collate
 from nanobert.device import choose_precision, hardware_description, resolve_device
-from nanobert.engine import Job, Outcome, Plan, RunState, fit, precision_step, run_summary, shape_key
+from nanobert.engine.loop import Job, Outcome, Plan, RunState, fit, precision_step, run_summary, shape_key
+from nanobert.engine.optimizer import build_optimizer
+from nanobert.engine.run_log import RunLog, checkpoint_bytes, prepare_out_dir, write_summary
 from nanobert.errors import NanobertError
-from nanobert.finetune_data import Encoded, ExampleStream, collate
 from nanobert.model import BertForPreTraining
-from nanobert.optim import build_optimizer
-from nanobert.run_log import RunLog, checkpoint_bytes, prepare_out_dir, write_summary
 
 
 def with_encoder(

@@ -21,10 +21,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from nanobert.data.nsp import CausalCollator, Instance, MaskingCollator, causal_windows
 from nanobert.errors import NanobertError
-from nanobert.held_out import EVAL_MASK_PROB, Scored, perplexity, tallied
 from nanobert.model import BertForHybridLM
-from nanobert.pretraining_data import CausalCollator, Instance, MaskingCollator, causal_windows
+from nanobert.objectives.held_out import EVAL_MASK_PROB, Scored, perplexity, tallied
 from nanobert.tokenizer import IGNORE_INDEX
 
 HYBRID_METRIC_KEYS = (

@@ -18,15 +18,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from nanobert.checkpoint import load_qa
+from nanobert.checkpoints.checkpoint import load_qa
 from nanobert.config import QAConfig, config_from_dict
+from nanobert.data.labelled import Encoded, length_sorted_batches
+from nanobert.data.squad import Answer, QAExample, QAFeatures, best_answers, featurize, read_squad
 from nanobert.device import autocast, autocast_dtype, evaluating, resolve_device
 from nanobert.errors import NanobertError, atomic_file, check_output_file
-from nanobert.finetune_data import Encoded, length_sorted_batches
-from nanobert.inference import require_words
-from nanobert.metrics import squad_scores
 from nanobert.model import BertForQuestionAnswering
-from nanobert.qa_data import Answer, QAExample, QAFeatures, best_answers, featurize, read_squad
+from nanobert.use.inference import require_words
+from nanobert.use.metrics import squad_scores
 
 
 class QAModel:

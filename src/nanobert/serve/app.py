@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from nanobert.checkpoint import (
+from nanobert.checkpoints.checkpoint import (
     CONFIG_NAME,
     KINDS,
     being_replaced,
@@ -46,14 +46,14 @@ from nanobert.checkpoint import (
     read_config,
     wrong_kind,
 )
+from nanobert.checkpoints.run_files import METRICS_NAME, SUMMARY_NAME, read_summary, scan_records
 from nanobert.errors import NanobertError
-from nanobert.explain import format_trace
-from nanobert.inference import InferenceModel, load, require_words
-from nanobert.qa_inference import load_qa_model
-from nanobert.run_files import METRICS_NAME, SUMMARY_NAME, read_summary, scan_records
-from nanobert.scoring import score_report
-from nanobert.task_inference import classify
 from nanobert.tokenizer import encode_pairs
+from nanobert.use.answers import load_qa_model
+from nanobert.use.classifier import classify
+from nanobert.use.explain import format_trace
+from nanobert.use.inference import InferenceModel, load, require_words
+from nanobert.use.scoring import score_report
 
 WEB = Path(__file__).parent / "web"
 PANELS = {name: list(kind.panels) for name, kind in KINDS.items()}  # the panels that fit each kind

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from nanobert.data.tables import Column, Table, read_table
 from nanobert.errors import NanobertError
-from nanobert.tabular import Column, Table, read_table
 from nanobert.tokenizer import encode_pairs, pad
 
 TASKS = ("classification", "regression")

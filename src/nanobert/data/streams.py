@@ -19,8 +19,7 @@ from typing import Any
 import torch
 
 from nanobert.config import TrainConfig
-from nanobert.errors import NanobertError
-from nanobert.pretraining_data import (
+from nanobert.data.nsp import (
     Instance,
     causal_batches,
     causal_stream_tokens,
@@ -29,6 +28,7 @@ from nanobert.pretraining_data import (
     query_layout,
     require_causal_window,
 )
+from nanobert.errors import NanobertError
 from nanobert.tokenizer import IGNORE_INDEX
 
 MLM_POSITIONS_MULTIPLE = 64  # masked-position count padded to this, so compiled shapes stay few

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nanobert.corpus import WIKITEXT_HF_NAMES, Document, load_documents
+from nanobert.data.corpus import WIKITEXT_HF_NAMES, Document, load_documents
+from nanobert.data.prepare import PreparedCorpus
 from nanobert.errors import NanobertError
-from nanobert.prepare import PreparedCorpus
 from nanobert.tokenizer import encode_documents
 
 DEFAULT_DATA = "wikitext-2-raw-v1"

@@ -31,10 +31,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from nanobert.corpus import check_text_file, hub_reachable, load_documents, load_hf_dataset, utf8_lines
+from nanobert.data.corpus import check_text_file, hub_reachable, load_documents, load_hf_dataset, utf8_lines
 from nanobert.errors import NanobertError
-from nanobert.plots import plot_blimp
-from nanobert.scoring import DEFAULT_BATCH_TOKENS, RULE_NAMES, check_rule, score_sentences
+from nanobert.use.plots import plot_blimp
+from nanobert.use.scoring import DEFAULT_BATCH_TOKENS, RULE_NAMES, check_rule, score_sentences
 
 BLIMP_HUB = "nyu-mll/blimp"
 # The 67 paradigms: the release's file names and the hub's configuration names.

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from nanobert.config import parse_overrides  # config and recipes are plain Python: no torch at start-up
 from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script
-from nanobert.recipes import PRESETS, new_run_configs
+from nanobert.pretraining.recipes import PRESETS, new_run_configs
 
 
 def _print_json(obj) -> None:
@@ -111,9 +111,9 @@ def _add_pretrain(sub) -> None:
 def _cmd_pretrain(args) -> int:
     """Train a BERT from scratch with masked-LM and next-sentence prediction, the same stack with causal
     attention on next-word prediction (--objective causal), or both on one head (--objective hybrid)."""
+    from nanobert.data.sources import DataSources
     from nanobert.device import resolve_device
-    from nanobert.sources import DataSources
-    from nanobert.train import pretrain, resume_configs
+    from nanobert.pretraining.pretrain import pretrain, resume_configs
 
     model_over, train_over = parse_overrides(args.set)
     train_over.update(_given(args, ("seed", "device", "max_steps", "epochs", "time_budget", "objective")))
@@ -180,7 +180,7 @@ def _add_prepare(sub) -> None:
 def _cmd_prepare(args) -> int:
     """Tokenize a corpus of any size once into memory-mapped token and boundary files, which `nanobert
     pretrain --prepared DIR` streams with bounded memory."""
-    from nanobert.prepare import prepare_corpus
+    from nanobert.data.prepare import prepare_corpus
 
     meta = prepare_corpus(
         args.data,
@@ -212,7 +212,7 @@ def _add_evaluate(sub) -> None:
 
 
 def _cmd_evaluate(args) -> int:
-    from nanobert.evaluate import evaluate_checkpoint
+    from nanobert.objectives.evaluate import evaluate_checkpoint
 
     _print_json(
         evaluate_checkpoint(
@@ -362,8 +362,8 @@ def _cmd_finetune(args) -> int:
     from dataclasses import fields
 
     from nanobert.config import QAConfig
-    from nanobert.finetune import FinetuneConfig, TaskSpec, finetune
-    from nanobert.tabular import parse_column
+    from nanobert.data.tables import parse_column
+    from nanobert.finetuning.classification import FinetuneConfig, TaskSpec, finetune
 
     if args.task == "qa":
         return _cmd_finetune_qa(args)
@@ -410,7 +410,7 @@ _TABLE_OPTIONS = ("format", "encoding", "text_col", "text_pair_col")
 
 def _cmd_finetune_qa(args) -> int:
     from nanobert.config import QAConfig
-    from nanobert.qa import finetune_qa
+    from nanobert.finetuning.qa import finetune_qa
 
     _refuse_options(args, (*_TABLE_OPTIONS, "label_col"), "--task qa, which reads SQuAD JSON")
     _refuse_options(args, ("fresh_pooler",), "--task qa, whose head reads every token, not the pooler")
@@ -450,7 +450,7 @@ def _cmd_predict(args) -> int:
     """Add the predicted label and class probabilities (or the score) to every row of a file, written in the
     input's format; with a question-answering model, write the official {question id: answer} JSON of a SQuAD
     file's questions (with EM/F1 when it has answers)."""
-    from nanobert.checkpoint import KINDS, checkpoint_kind, read_config
+    from nanobert.checkpoints.checkpoint import KINDS, checkpoint_kind, read_config
 
     best = Path(args.model) / "best"
     kind = KINDS.get(checkpoint_kind(read_config(best if best.is_dir() else args.model)))
@@ -459,8 +459,8 @@ def _cmd_predict(args) -> int:
 
 
 def _cmd_predict_table(args) -> int:
-    from nanobert.finetune import predict
-    from nanobert.tabular import parse_column
+    from nanobert.data.tables import parse_column
+    from nanobert.finetuning.classification import predict
 
     if args.null_score_threshold is not None:
         raise NanobertError("--null-score-threshold applies only to question-answering models")
@@ -479,7 +479,7 @@ def _cmd_predict_table(args) -> int:
 
 
 def _cmd_predict_qa(args) -> int:
-    from nanobert.qa import predict_qa
+    from nanobert.finetuning.qa import predict_qa
 
     _refuse_options(args, _TABLE_OPTIONS, "a question-answering model, which reads SQuAD JSON")
     options = {k: getattr(args, k) for k in ("batch_size", "device", "null_score_threshold")}
@@ -508,7 +508,7 @@ def _add_answer(sub) -> None:
 def _cmd_answer(args) -> int:
     from dataclasses import asdict
 
-    from nanobert.qa import load_qa_model
+    from nanobert.finetuning.qa import load_qa_model
 
     model = load_qa_model(args.checkpoint, args.device, args.null_score_threshold)
     a = model.answer(args.question, args.context)
@@ -543,7 +543,7 @@ def _emit(args, data: dict, text: str) -> int:
 
 
 def _load_for_inference(args):
-    from nanobert.inference import load
+    from nanobert.use.inference import load
 
     return load(args.checkpoint, device=args.device)
 
@@ -618,7 +618,7 @@ def _add_embed(sub) -> None:
 
 
 def _cmd_embed(args) -> int:
-    from nanobert.inference import embed_file
+    from nanobert.use.inference import embed_file
 
     path, shape, cut = embed_file(_load_for_inference(args), args.input, args.out, batch_size=args.batch_size)
     _say_cut(cut, "lines")
@@ -650,7 +650,7 @@ def _add_attention(sub) -> None:
 
 
 def _cmd_attention(args) -> int:
-    from nanobert.plots import plot_attention
+    from nanobert.use.plots import plot_attention
 
     maps = _load_for_inference(args).attention(args.text, args.pair)
     path = plot_attention(maps, args.out, layer=args.layer, head=args.head)
@@ -675,7 +675,7 @@ def _add_explain(sub) -> None:
 def _cmd_explain(args) -> int:
     from dataclasses import asdict
 
-    from nanobert.explain import format_trace
+    from nanobert.use.explain import format_trace
 
     model = _load_for_inference(args)
     trace = model.explain(args.text_a, args.text_b, top_k=args.top_k, preview=args.preview)
@@ -702,7 +702,7 @@ def _add_score(sub) -> None:
 def _cmd_score(args) -> int:
     """Score a sentence: its log-likelihood under the model (a masked model: pseudo-log-likelihood, each piece
     masked in turn), each word piece's share, and for two sentences which one the model prefers."""
-    from nanobert.scoring import format_scores, score_report
+    from nanobert.use.scoring import format_scores, score_report
 
     model = _load_for_inference(args)
     texts = [args.text_a] if args.text_b is None else [args.text_a, args.text_b]
@@ -744,9 +744,9 @@ def _cmd_blimp(args) -> int:
     figures (5-gram 61.2, LSTM 69.8, Transformer-XL 69.6, GPT-2 83.0; chance 50)."""
     from dataclasses import asdict
 
-    from nanobert.blimp import corpus_word_counts, evaluate_blimp, format_report, load_blimp, plot_report
-    from nanobert.plots import image_path
-    from nanobert.scoring import scoring_precision
+    from nanobert.use.blimp import corpus_word_counts, evaluate_blimp, format_report, load_blimp, plot_report
+    from nanobert.use.plots import image_path
+    from nanobert.use.scoring import scoring_precision
 
     plot = image_path(args.plot) if args.plot else None  # a bad picture path fails before the work
     pairs = load_blimp(args.data, args.limit)
@@ -779,8 +779,8 @@ def _add_export_hf(sub) -> None:
 
 
 def _cmd_export_hf(args) -> int:
-    from nanobert.checkpoint import KINDS, checkpoint_kind, read_config
-    from nanobert.hf_export import export_hf
+    from nanobert.checkpoints.checkpoint import KINDS, checkpoint_kind, read_config
+    from nanobert.hf.convert import export_hf
 
     out = export_hf(args.checkpoint, args.out, overwrite=args.overwrite)
     files = sorted(f.name for f in out.iterdir())
@@ -808,7 +808,7 @@ def _add_import_hf(sub) -> None:
 def _cmd_import_hf(args) -> int:
     from dataclasses import asdict
 
-    from nanobert.hf_export import import_hf
+    from nanobert.hf.convert import import_hf
 
     result = import_hf(args.hf_dir, args.out, overwrite=args.overwrite, seed=args.seed)
     lines = [f"wrote {result.out}"]
@@ -850,7 +850,7 @@ def _add_serve(sub) -> None:
 def _cmd_serve(args) -> int:
     """Serve a page for a checkpoint (fill-mask, NSP, attention, explain, generate, labels) or a run directory
     (its curves, refreshed while it trains). Ctrl-C stops it."""
-    from nanobert.serve import serve
+    from nanobert.serve.app import serve
 
     serve(args.path, host=args.host, port=args.port, device=args.device, allow_hosts=tuple(args.allow_host))
     return 0

@@ -13,11 +13,18 @@ from pathlib import Path
 
 import torch
 
-from nanobert.checkpoint import checkpoint_kind, checkpoint_tokenizer, load_language_model, load_train_config
+from nanobert.checkpoints.checkpoint import (
+    checkpoint_kind,
+    checkpoint_tokenizer,
+    load_language_model,
+    load_train_config,
+)
 from nanobert.config import config_from_dict
+from nanobert.data.sources import DataSources
 from nanobert.device import autocast_dtype, evaluating, resolve_device
 from nanobert.errors import NanobertError
-from nanobert.held_out import (
+from nanobert.model import BertForPreTraining, BertLMHeadModel
+from nanobert.objectives.held_out import (
     CAUSAL_METRIC_KEYS,
     EVAL_MASK_PROB,
     METRIC_KEYS,
@@ -25,9 +32,7 @@ from nanobert.held_out import (
     prepare_causal_eval_batches,
     prepare_eval_batches,
 )
-from nanobert.model import BertForPreTraining, BertLMHeadModel
-from nanobert.objectives import objective_of_kind, objective_of_model
-from nanobert.sources import DataSources
+from nanobert.objectives.registry import objective_of_kind, objective_of_model
 
 
 def evaluate_model(

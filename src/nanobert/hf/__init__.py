@@ -1,0 +1,1 @@
+"""How does a model travel to and from transformers? The explicit name map, export and import."""
