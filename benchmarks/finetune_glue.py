@@ -31,7 +31,8 @@ from nanobert.checkpoints.checkpoint import read_config
 from nanobert.config import FinetuneConfig
 from nanobert.data.labelled import TaskSpec
 from nanobert.engine.run_log import prepare_out_dir
-from nanobert.errors import ArgumentParser, NanobertError, check_output_file, positive_int, run_script
+from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script
+from nanobert.files import check_output_file
 from nanobert.finetuning.classification import finetune
 
 INITS = ("pretrained", "scratch")

@@ -82,7 +82,8 @@ import torch
 
 from nanobert.config import ModelConfig, config_from_dict, parse_overrides
 from nanobert.device import cpu_name
-from nanobert.errors import ArgumentParser, NanobertError, check_input_file, positive_int, run_script
+from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script
+from nanobert.files import check_input_file
 from nanobert.pretraining.recipes import DEFAULT_BUDGET, build_configs
 from nanobert.use.blimp import read_blimp_file
 

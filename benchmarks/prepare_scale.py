@@ -29,7 +29,8 @@ import threading
 import time
 from pathlib import Path
 
-from nanobert.errors import ArgumentParser, NanobertError, check_output_file, positive_int, run_script
+from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script
+from nanobert.files import check_output_file
 
 # What this script writes under --out; `check_out` refuses an --out that already holds any of them, since the
 # run replaces them and (without --keep) deletes the corpus and prepared/ at the end.

@@ -34,7 +34,8 @@ from nanobert.data.labelled import TaskSpec
 from nanobert.data.sources import DataSources
 from nanobert.data.tables import read_table
 from nanobert.device import resolve_device
-from nanobert.errors import ArgumentParser, NanobertError, check_input_file, check_output_file, run_script
+from nanobert.errors import ArgumentParser, NanobertError, run_script
+from nanobert.files import check_input_file, check_output_file
 from nanobert.finetuning.classification import finetune
 from nanobert.objectives.evaluate import evaluate_checkpoint
 from nanobert.pretraining.pretrain import pretrain

@@ -31,14 +31,8 @@ import torch
 from nanobert.checkpoints.checkpoint import read_config
 from nanobert.config import QAConfig
 from nanobert.engine.run_log import prepare_out_dir
-from nanobert.errors import (
-    ArgumentParser,
-    NanobertError,
-    check_input_file,
-    check_output_file,
-    positive_int,
-    run_script,
-)
+from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script
+from nanobert.files import check_input_file, check_output_file
 from nanobert.finetuning.qa import finetune_qa
 
 INITS = ("pretrained", "scratch")

@@ -8,16 +8,15 @@ import pytest
 import torch
 
 from nanobert.checkpoints.checkpoint import (
-    being_replaced,
     load_pretraining_checkpoint,
     load_train_config,
     load_trainer_state,
     read_config,
     save_checkpoint,
-    write_atomically,
 )
 from nanobert.config import TrainConfig, config_from_dict
 from nanobert.errors import NanobertError
+from nanobert.files import being_replaced, write_atomically
 from nanobert.model import BertForPreTraining
 
 

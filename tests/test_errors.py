@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from nanobert.errors import NanobertError, atomic_file, check_output_file, run_script, user_os_error
+from nanobert.errors import NanobertError, run_script, user_os_error
+from nanobert.files import atomic_file, check_output_file
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 

@@ -1,8 +1,10 @@
-"""The one exception type for problems with the user's input.
+"""The one exception type for problems with the user's input, and the machine's errors a user can fix.
 
 Library functions raise `NanobertError` for anything a user can fix (a missing file, an empty corpus, an
 unknown preset, a corrupt checkpoint). The CLI catches it, prints its message as one line and exits with 2,
-so users never see a traceback for their own mistakes. Bugs stay ordinary exceptions.
+so users never see a traceback for their own mistakes; an OSError the user can act on (no space, no
+permission, a read-only folder) becomes one such line too (`user_os_error`). Bugs stay ordinary exceptions.
+The checks of the paths a job reads and writes, which raise it, are in files.py.
 """
 
 import argparse
@@ -11,10 +13,8 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO
 
 
 class NanobertError(Exception):
@@ -38,90 +38,6 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
     return value
-
-
-def within(path: str | Path, folder: str | Path) -> bool:
-    """Whether `path` is `folder` or lies inside it (both resolved, so links and `..` count as they point)."""
-    path, folder = Path(path).resolve(), Path(folder).resolve()
-    return path == folder or folder in path.parents
-
-
-def check_input_file(path: str | Path, option: str) -> Path:
-    """`path` as a Path if it is a file to read, else a NanobertError naming the option that gave it; for
-    scripts that read a file only after a long run, so that a mistyped path fails at the start instead."""
-    path = Path(path)
-    if not path.is_file():
-        raise NanobertError(f"{option} {path}: no such file")
-    return path
-
-
-def check_output_file(path: str | Path, inputs: Iterable[str | Path] = ()) -> Path:
-    """`path` as a Path if a file can be written there: not a directory, no file where its folder goes, and
-    neither one of `inputs` nor inside one (an input file, a model directory) that writing would destroy."""
-    path = Path(path)
-    for source in inputs:
-        if within(path, source):
-            relation = "is" if within(source, path) else "lies inside"
-            raise NanobertError(f"output {path} {relation} the input {source}; choose another output file")
-    if path.is_dir():
-        raise NanobertError(f"output {path} is a directory; give a file name")
-    if path.name == "":  # "." or "/": no name to write under
-        raise NanobertError(f"output {path} names no file")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise NanobertError(f"output {path}: {parent} is a file, not a folder")
-            break
-    return path
-
-
-def check_output_folder(out: Path, holds: str) -> None:
-    """NanobertError when `out` is a file or lies under one (a folder that will hold the file `holds`)."""
-    if out.exists() and not out.is_dir():
-        raise NanobertError(f"output {out} is a file; give a directory")
-    check_output_file(out / holds)  # no file where one of its folders goes
-
-
-def check_output_dir(
-    out: str | Path,
-    overwrite: bool,
-    inputs: Iterable[str | Path],
-    holds: str,
-    kind: str,
-    is_kind: Callable[[Path], bool] | None = None,
-) -> Path:
-    """`out` as a Path if a directory may be written (or, with `overwrite`, replaced) there.
-
-    Never the directory of one of `inputs` or one that holds one (replacing it would delete the input),
-    never a file; an existing non-empty directory only with `overwrite`, and then only if it holds a
-    previous output (the file `holds`, e.g. meta.json, and `is_kind(out)` where the file alone does not
-    tell, as config.json does not), so that a mistyped --out cannot wipe a folder. `kind` names such an
-    output in the messages.
-    """
-    out = Path(out)
-    for source in inputs:
-        if within(source, out):
-            relation = "is" if within(out, source) else "holds"
-            raise NanobertError(
-                f"output {out} {relation} the input {source}; choose another output directory"
-            )
-    check_output_folder(out, holds)
-    if out.is_dir() and any(out.iterdir()):
-        if not overwrite:
-            raise NanobertError(
-                f"{out} already exists and is not empty; choose another one or pass --overwrite"
-            )
-        if not (out / holds).is_file():
-            raise NanobertError(
-                f"{out} holds other files, not a {kind} (no {holds}); --overwrite replaces only a {kind}, so "
-                "choose another directory"
-            )
-        if is_kind is not None and not is_kind(out):
-            raise NanobertError(
-                f"{out} holds something other than a {kind} (its {holds} is not one's); --overwrite replaces "
-                f"only a {kind}, so choose another directory"
-            )
-    return out
 
 
 # What the user can do about an OSError their machine caused, by errno. Any other errno is a bug's.
@@ -185,54 +101,6 @@ def _full(path: Path) -> bool:
         return shutil.disk_usage(folder).free < (1 << 16)
     except OSError:
         return False
-
-
-@contextmanager
-def atomic_file(path: str | Path, mode: str = "w", **open_args) -> Iterator[IO]:
-    """Open a hidden temporary file beside `path` for writing; when the block ends, make it durable and
-    rename it onto `path` (os.replace), so that `path` holds the old content or the new, never a part.
-
-    The file counterpart of checkpoint.write_atomically's directories. If the block fails, the temporary
-    file goes and the old `path` stays; an OSError the user can fix becomes a one-line NanobertError.
-    """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    kept = f"{path} is unchanged" if path.exists() else ""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, mode, **open_args) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:  # the cause first: a full disk is told by the space the part still takes
-            raise_user_os_error(e, path, kept, own=True)
-        finally:
-            with suppress(OSError):
-                tmp.unlink(missing_ok=True)
-        raise
-
-
-def check_room(folder: str | Path, need: int, what: str) -> None:
-    """NanobertError unless `folder` (or, before it exists, the nearest folder above it) takes a new file and
-    has about `need` bytes free for `what`: checked before a job deletes or replaces anything, so that a
-    read-only or full place fails at the start, not after hours of work with the old output gone."""
-    folder = Path(folder)
-    existing = next((p for p in (folder, *folder.parents) if p.is_dir()), Path("."))
-    probe = existing / f".nanobert-probe-{os.getpid()}"
-    try:
-        probe.touch()
-        probe.unlink()
-    except OSError as e:
-        raise_user_os_error(e, existing, own=True)
-        raise
-    free = shutil.disk_usage(existing).free
-    if free < need:
-        raise NanobertError(
-            f"{existing}: only {free / 1e6:.1f} MB free, and the {what} needs about {need / 1e6:.1f} MB; "
-            "free some space or choose another place (nothing was changed)"
-        )
 
 
 def run_script(prog: str, main: Callable[[], int | None]) -> int:

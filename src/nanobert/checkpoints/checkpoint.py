@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from safetensors.torch import load_file, save_file
 
 from nanobert.config import ModelConfig, TrainConfig, config_from_dict, config_to_dict
 from nanobert.errors import NanobertError, raise_user_os_error
+from nanobert.files import recover, write_atomically
 from nanobert.model import (
     BertForHybridLM,
     BertForPreTraining,
@@ -104,60 +104,6 @@ COMMANDS = {name: ", ".join(kind.commands) for name, kind in KINDS.items()}
 LANGUAGE_MODELS = tuple(name for name, kind in KINDS.items() if kind.answered_by == "language_model")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
-        return True
-    return True
-
-
-def _stamped(directory: Path, tag: str) -> list[tuple[Path, int]]:
-    """The `.NAME.TAG-PID` siblings of `directory` (temporaries, set-aside old checkpoints), each with its
-    writer's PID, newest first. Callers leave those of live writers, this process included, alone."""
-    found = []
-    for path in directory.parent.glob(f".{directory.name}.{tag}-*"):
-        pid = path.name.rsplit("-", 1)[-1]
-        try:  # another reader may recover it between the listing and here
-            if pid.isdigit():
-                found.append((path.stat().st_mtime_ns, path, int(pid)))
-        except FileNotFoundError:
-            continue
-    return [(path, pid) for _, path, pid in sorted(found, reverse=True)]
-
-
-def being_replaced(directory: Path) -> bool:
-    """Whether a live save is between its two renames at `directory` (a dead one's leftover is recovered by
-    the next read instead, so it must not make a reader wait forever)."""
-    return any(_pid_alive(pid) for _, pid in _stamped(directory, "old"))
-
-
-def _recover(directory: Path) -> None:
-    """Finish or undo a replacement that was interrupted between its two renames: the dead writer's
-    `.NAME.old-PID` goes back to NAME if NAME is missing, and is deleted if the new NAME landed. Nothing while
-    its writer still runs (a reader, such as `nanobert serve` watching a run, must not race it)."""
-    for old, pid in _stamped(directory, "old"):
-        if _pid_alive(pid):
-            continue
-        if (directory / CONFIG_NAME).is_file():
-            shutil.rmtree(old, ignore_errors=True)  # the new one landed; the old one only awaited deletion
-        elif not directory.exists():
-            try:
-                os.replace(old, directory)
-            except OSError:  # another reader put it back first
-                pass
-        # NAME exists but is no checkpoint: not ours to delete; reading it says so
-
-
-def remove_stale_temporaries(directory: Path) -> None:
-    """Delete `.NAME.tmp-PID` directories whose writer no longer runs (it was killed mid-write)."""
-    for stale, pid in _stamped(directory, "tmp"):
-        if not _pid_alive(pid):
-            shutil.rmtree(stale, ignore_errors=True)
-
-
 def _test_pause(directory: Path) -> None:
     """Fault-injection hook for the tests: NANOBERT_TEST_SLOW_SAVE=NAME:SECONDS sleeps half way through
     writing a checkpoint named NAME that replaces an existing one, so a test can kill -9 the writer there."""
@@ -166,41 +112,6 @@ def _test_pause(directory: Path) -> None:
         name, _, seconds = spec.rpartition(":")
         if name == directory.name and directory.exists():
             time.sleep(float(seconds))
-
-
-def write_atomically(directory: str | Path, write: Any) -> Path:
-    """Call `write(tmp_dir)` to fill a fresh temporary directory, then swap it in at `directory`."""
-    directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    _recover(directory)
-    remove_stale_temporaries(directory)
-    tmp = directory.with_name(f".{directory.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    try:
-        tmp.mkdir()
-        write(tmp)
-        for f in tmp.rglob("*"):  # make the bytes durable before the rename publishes them
-            if f.is_file():
-                with open(f, "rb") as fh:
-                    os.fsync(fh.fileno())
-    except BaseException as e:  # a full disk, no permission, an interrupt: the old one stays, the part goes
-        kept = f"{directory} is unchanged" if directory.exists() else f"nothing was written to {directory}"
-        try:
-            raise_user_os_error(e, directory, kept, own=True)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if directory.exists():
-        old = directory.with_name(f".{directory.name}.old-{os.getpid()}")
-        if old.exists():  # left by an earlier process that had this PID
-            shutil.rmtree(old)
-        os.replace(directory, old)
-        os.replace(tmp, directory)
-        shutil.rmtree(old, ignore_errors=True)  # a reader may have finished the clean-up (`_recover`)
-    else:
-        os.replace(tmp, directory)
-    return directory
 
 
 def save_checkpoint(
@@ -241,7 +152,7 @@ def save_checkpoint(
 def read_config(directory: str | Path) -> dict:
     """config.json of a checkpoint directory, with one-line errors for anything that is not a checkpoint."""
     directory = Path(directory)
-    _recover(directory)
+    recover(directory)
     if directory.is_file():
         raise NanobertError(f"checkpoint {directory} is a file; pass a checkpoint directory such as RUN/best")
     if not directory.is_dir():
@@ -489,5 +400,4 @@ __all__ = [
     "load_trainer_state",
     "read_config",
     "save_checkpoint",
-    "write_atomically",
 ]

@@ -36,7 +36,6 @@ from typing import Any
 
 import numpy as np
 
-from nanobert.checkpoints.checkpoint import remove_stale_temporaries, write_atomically
 from nanobert.config import TrainConfig
 from nanobert.data.corpus import (
     WIKITEXT_HF_NAMES,
@@ -56,7 +55,8 @@ from nanobert.data.nsp import (
     causal_batches,
     require_causal_window,
 )
-from nanobert.errors import NanobertError, check_output_dir
+from nanobert.errors import NanobertError
+from nanobert.files import check_output_dir, remove_stale_temporaries, write_atomically
 from nanobert.tokenizer import (
     check_tokenizer_options,
     encode_sentences,

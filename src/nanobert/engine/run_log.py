@@ -23,14 +23,8 @@ from nanobert.checkpoints.run_files import (
     read_summary,
     scan_records,
 )
-from nanobert.errors import (
-    NanobertError,
-    atomic_file,
-    check_output_folder,
-    check_room,
-    raise_user_os_error,
-    within,
-)
+from nanobert.errors import NanobertError, raise_user_os_error
+from nanobert.files import atomic_file, check_output_folder, check_room, within
 
 CURVES_NAME = "curves.png"
 # What marks a directory as holding a run ("adapt": a fine-tuning run's adaptation, even one interrupted)

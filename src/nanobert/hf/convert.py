@@ -36,10 +36,10 @@ from nanobert.checkpoints.checkpoint import (
     load_qa,
     read_config,
     save_checkpoint,
-    write_atomically,
 )
 from nanobert.config import ModelConfig, config_from_dict
-from nanobert.errors import NanobertError, check_output_dir
+from nanobert.errors import NanobertError
+from nanobert.files import check_output_dir, write_atomically
 from nanobert.model import BertForPreTraining, BertLMHeadModel
 from nanobert.tokenizer import CLS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, save_tokenizer
 

@@ -40,7 +40,6 @@ import numpy as np
 from nanobert.checkpoints.checkpoint import (
     CONFIG_NAME,
     KINDS,
-    being_replaced,
     checkpoint_kind,
     load_finetuned,
     read_config,
@@ -48,6 +47,7 @@ from nanobert.checkpoints.checkpoint import (
 )
 from nanobert.checkpoints.run_files import METRICS_NAME, SUMMARY_NAME, read_summary, scan_records
 from nanobert.errors import NanobertError
+from nanobert.files import being_replaced
 from nanobert.tokenizer import encode_pairs
 from nanobert.use.answers import load_qa_model
 from nanobert.use.classifier import classify

@@ -23,7 +23,8 @@ from nanobert.config import QAConfig, config_from_dict
 from nanobert.data.labelled import Encoded, length_sorted_batches
 from nanobert.data.squad import Answer, QAExample, QAFeatures, best_answers, featurize, read_squad
 from nanobert.device import autocast, autocast_dtype, evaluating, resolve_device
-from nanobert.errors import NanobertError, atomic_file, check_output_file
+from nanobert.errors import NanobertError
+from nanobert.files import atomic_file, check_output_file
 from nanobert.model import BertForQuestionAnswering
 from nanobert.use.inference import require_words
 from nanobert.use.metrics import squad_scores

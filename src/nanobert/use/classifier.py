@@ -28,7 +28,8 @@ from nanobert.data.labelled import (
 )
 from nanobert.data.tables import Column, detect_format, read_table, write_table
 from nanobert.device import autocast, autocast_dtype, evaluating, resolve_device
-from nanobert.errors import NanobertError, check_output_file
+from nanobert.errors import NanobertError
+from nanobert.files import check_output_file
 from nanobert.model import BertForSequenceClassification
 from nanobert.tokenizer import count_cut
 from nanobert.use.metrics import compute_metrics

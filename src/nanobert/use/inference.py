@@ -30,7 +30,8 @@ import torch
 from nanobert.checkpoints.checkpoint import KINDS, checkpoint_tokenizer, kind_of_model, load_language_model
 from nanobert.data.corpus import check_text_file, utf8_lines
 from nanobert.device import resolve_device
-from nanobert.errors import NanobertError, atomic_file, check_output_file
+from nanobert.errors import NanobertError
+from nanobert.files import atomic_file, check_output_file
 from nanobert.model import BertForPreTraining, BertLMHeadModel
 from nanobert.tokenizer import (
     CHARS_PER_POSITION,

@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nanobert.errors import NanobertError, atomic_file, check_output_file
+from nanobert.errors import NanobertError
+from nanobert.files import atomic_file, check_output_file
 
 
 def curves_figure(metrics_path: str | Path) -> Any:
