@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from nanobert.checkpoints.checkpoint import CAUSAL_LM
+from nanobert.checkpoints.kinds import CAUSAL_LM
 from nanobert.device import cpu_has_native_bf16, cpu_name
 from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script
 from nanobert.hf.convert import export_hf

@@ -114,7 +114,8 @@ def test_config_json_is_readable(tmp_path, tiny_config):
 
 
 def test_one_loader_per_kind_refuses_the_other_kinds(tmp_path, tiny_config):
-    from nanobert.checkpoints.checkpoint import SEQUENCE_CLASSIFICATION, load_finetuned
+    from nanobert.checkpoints.checkpoint import load_finetuned
+    from nanobert.checkpoints.kinds import SEQUENCE_CLASSIFICATION
     from nanobert.model import BertForSequenceClassification
 
     save_checkpoint(tmp_path / "pre", BertForPreTraining(tiny_config), TrainConfig(), None)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers import TINY_MODEL
 
-from nanobert.checkpoints.checkpoint import KINDS
+from nanobert.checkpoints.kinds import KINDS
 from nanobert.config import ModelConfig, TrainConfig
 from nanobert.errors import NanobertError
 from nanobert.objectives.registry import (

@@ -1,12 +1,10 @@
 """A checkpoint is a directory: config.json, model.safetensors, the tokenizer files, and trainer_state.pt.
 
-Writes are atomic at the directory level: everything goes to a sibling temporary directory, which is then
-renamed into place. Replacing an existing checkpoint takes two renames (old -> `.NAME.old-PID`, new ->
-`NAME`); if the process dies between them, the next save or load finds the writer's `.NAME.old-PID` and
-restores it, so an interrupted save never destroys the previous good checkpoint. The hidden, PID-stamped
-name is the writer's own: a user's `NAME.old` is never touched. Weights are read through safetensors and
-trainer state with `torch.load(weights_only=True)`: nothing in a checkpoint is unpickled. A temporary
-directory left by a process killed mid-write is removed by the next save of the same checkpoint.
+Writes are atomic at the directory level (`files.write_atomically`): everything goes to a sibling temporary
+directory, which is then renamed into place, and an interrupted replacement is recovered by the next save or
+load, so an interrupted save never destroys the previous good checkpoint. Weights are read through
+safetensors and trainer state with `torch.load(weights_only=True)`: nothing in a checkpoint is unpickled.
+config.json names the checkpoint's kind (kinds.py), which decides the model class its weights rebuild.
 """
 
 from __future__ import annotations
@@ -14,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +19,21 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from nanobert.checkpoints.kinds import (
+    CAUSAL_LM,
+    KINDS,
+    LANGUAGE_MODELS,
+    PRETRAINING,
+    QUESTION_ANSWERING,
+    SEQUENCE_CLASSIFICATION,
+    Kind,
+    checkpoint_kind,
+    wrong_kind,
+)
 from nanobert.config import ModelConfig, TrainConfig, config_from_dict, config_to_dict
 from nanobert.errors import NanobertError, raise_user_os_error
 from nanobert.files import recover, write_atomically
 from nanobert.model import (
-    BertForHybridLM,
     BertForPreTraining,
     BertForQuestionAnswering,
     BertForSequenceClassification,
@@ -38,70 +45,6 @@ FORMAT_VERSION = 1
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 TRAINER_STATE_NAME = "trainer_state.pt"
-
-# The kinds of checkpoint, recorded in config.json.
-PRETRAINING = "pretraining"  # BertForPreTraining: MLM + NSP heads
-CAUSAL_LM = "causal_lm"  # BertLMHeadModel: the causal next-word model (`pretrain --objective causal`)
-HYBRID_LM = "hybrid_lm"  # BertForHybridLM: next word and masked word on one head (`--objective hybrid`)
-SEQUENCE_CLASSIFICATION = "sequence_classification"  # a fine-tuned BertForSequenceClassification
-QUESTION_ANSWERING = "question_answering"  # a fine-tuned BertForQuestionAnswering (SQuAD-style spans)
-
-
-@dataclass(frozen=True)
-class Kind:
-    """One kind of checkpoint: what it holds and what takes it. The CLI, the page and the exporter ask this
-    record (through `KINDS`) rather than testing a kind's name."""
-
-    name: str  # as config.json records it
-    what: str  # what it is, as an error message names it ("a fine-tuned model")
-    model: type  # the model class its weights rebuild
-    commands: tuple[str, ...]  # the `nanobert` commands that take it
-    panels: tuple[str, ...]  # the browser page's panels (POST /api/PANEL) that fit it
-    answered_by: str  # the inference interface that answers it: language_model, classifier or qa
-    predict_reads: str | None = None  # what `nanobert predict` reads with it: "table", "squad" or None
-    hf_architecture: str | None = None  # the transformers class export-hf writes it as (None: not exported)
-    hf_leaves_out: str | None = None  # what of it that class cannot hold, as export-hf says
-    fill_mask_call: tuple[tuple[str, Any], ...] = ()  # the forward's keywords for reading a [MASK]
-
-
-KINDS = {
-    kind.name: kind
-    for kind in (
-        Kind(
-            PRETRAINING, "a pretraining checkpoint", BertForPreTraining,
-            ("evaluate", "fill-mask", "nsp", "similarity", "embed", "attention", "explain", "finetune",
-             "export-hf"),
-            ("fill-mask", "nsp", "score", "similarity", "attention", "explain"),
-            "language_model", hf_architecture="BertForPreTraining",
-        ),
-        Kind(
-            CAUSAL_LM, "a causal language model (pretrain --objective causal)", BertLMHeadModel,
-            ("generate", "evaluate", "attention", "explain", "finetune", "export-hf"),
-            ("generate", "score", "similarity", "attention", "explain"),
-            "language_model", hf_architecture="BertLMHeadModel",
-        ),
-        Kind(
-            HYBRID_LM, "a hybrid language model (pretrain --objective hybrid)", BertForHybridLM,
-            ("generate", "fill-mask", "evaluate", "attention", "explain", "finetune", "export-hf"),
-            ("generate", "fill-mask", "score", "similarity", "attention", "explain"),
-            "language_model", hf_architecture="BertLMHeadModel",
-            hf_leaves_out="the masked reading (both ways, shifted by one); transformers reads the next word",
-            fill_mask_call=(("causal", False),),
-        ),
-        Kind(
-            SEQUENCE_CLASSIFICATION, "a fine-tuned model", BertForSequenceClassification, ("predict",),
-            ("classify",), "classifier", predict_reads="table",
-        ),
-        Kind(
-            QUESTION_ANSWERING, "a question-answering model (finetune --task qa)", BertForQuestionAnswering,
-            ("answer", "predict", "export-hf"), ("answer",), "qa", predict_reads="squad",
-            hf_architecture="BertForQuestionAnswering",
-        ),
-    )
-}  # fmt: skip
-# The commands that fit each kind, as wrong-kind errors list them.
-COMMANDS = {name: ", ".join(kind.commands) for name, kind in KINDS.items()}
-LANGUAGE_MODELS = tuple(name for name, kind in KINDS.items() if kind.answered_by == "language_model")
 
 
 def _test_pause(directory: Path) -> None:
@@ -220,20 +163,6 @@ def _fill(model: torch.nn.Module, directory: Path | str) -> torch.nn.Module:
     return model
 
 
-def checkpoint_kind(config: dict) -> str:
-    kind = config.get("kind", PRETRAINING)
-    if not isinstance(kind, str):
-        raise NanobertError(f"a checkpoint's kind is a name, not {kind!r}; its config.json is damaged")
-    return kind
-
-
-def wrong_kind(directory: Path | str, kind: str, wanted: str) -> NanobertError:
-    """The one-line error for a checkpoint of the wrong kind, naming the commands that do fit it."""
-    fits = COMMANDS.get(kind)
-    hint = f"; use it with: nanobert {fits}" if fits else ""
-    return NanobertError(f"{directory} holds a {kind} checkpoint, not {wanted}{hint}")
-
-
 def _load(directory: str | Path, map_location, kind: Kind) -> tuple[Any, dict]:
     """A checkpoint of `kind` rebuilt as its model class (eval mode), with its config; else a one-line
     error."""
@@ -266,11 +195,6 @@ def load_language_model(
     other kind is refused as not being a pretraining checkpoint."""
     kind = checkpoint_kind(read_config(directory))
     return _load(directory, map_location, KINDS[kind if kind in LANGUAGE_MODELS else PRETRAINING])
-
-
-def kind_of_model(model: torch.nn.Module) -> Kind:
-    """The kind of checkpoint `model` is saved as (by its class)."""
-    return next(kind for kind in KINDS.values() if type(model) is kind.model)
 
 
 def load_qa(
@@ -379,22 +303,12 @@ def refuse_going_back(resume: Path, last: Path) -> None:
 
 __all__ = [
     "refuse_going_back",
-    "CAUSAL_LM",
-    "HYBRID_LM",
-    "KINDS",
-    "Kind",
-    "kind_of_model",
-    "PRETRAINING",
-    "QUESTION_ANSWERING",
-    "SEQUENCE_CLASSIFICATION",
-    "checkpoint_kind",
     "checkpoint_tokenizer",
     "load_causal_lm",
     "load_finetuned",
     "load_language_model",
     "load_pretraining_checkpoint",
     "load_qa",
-    "wrong_kind",
     "load_state_dict",
     "load_train_config",
     "load_trainer_state",

@@ -450,7 +450,8 @@ def _cmd_predict(args) -> int:
     """Add the predicted label and class probabilities (or the score) to every row of a file, written in the
     input's format; with a question-answering model, write the official {question id: answer} JSON of a SQuAD
     file's questions (with EM/F1 when it has answers)."""
-    from nanobert.checkpoints.checkpoint import KINDS, checkpoint_kind, read_config
+    from nanobert.checkpoints.checkpoint import read_config
+    from nanobert.checkpoints.kinds import KINDS, checkpoint_kind
 
     best = Path(args.model) / "best"
     kind = KINDS.get(checkpoint_kind(read_config(best if best.is_dir() else args.model)))
@@ -492,7 +493,7 @@ def _cmd_predict_qa(args) -> int:
     return 0
 
 
-# `predict` by what the checkpoint kind's model reads (checkpoint.Kind.predict_reads)
+# `predict` by what the checkpoint kind's model reads (kinds.Kind.predict_reads)
 _PREDICTORS = {"table": _cmd_predict_table, "squad": _cmd_predict_qa}
 
 
@@ -779,7 +780,8 @@ def _add_export_hf(sub) -> None:
 
 
 def _cmd_export_hf(args) -> int:
-    from nanobert.checkpoints.checkpoint import KINDS, checkpoint_kind, read_config
+    from nanobert.checkpoints.checkpoint import read_config
+    from nanobert.checkpoints.kinds import KINDS, checkpoint_kind
     from nanobert.hf.convert import export_hf
 
     out = export_hf(args.checkpoint, args.out, overwrite=args.overwrite)

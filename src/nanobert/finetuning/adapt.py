@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from nanobert.checkpoints.checkpoint import PRETRAINING, save_checkpoint
+from nanobert.checkpoints.checkpoint import save_checkpoint
+from nanobert.checkpoints.kinds import PRETRAINING
 from nanobert.config import FinetuneConfig, TrainConfig, config_to_dict
 from nanobert.data.labelled import Encoded, ExampleStream
 from nanobert.data.nsp import Instance, MaskingCollator

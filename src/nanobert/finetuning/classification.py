@@ -23,10 +23,8 @@ from typing import Any
 
 import torch
 
-from nanobert.checkpoints.checkpoint import (
-    SEQUENCE_CLASSIFICATION,
-    load_state_dict,
-)
+from nanobert.checkpoints.checkpoint import load_state_dict
+from nanobert.checkpoints.kinds import SEQUENCE_CLASSIFICATION
 from nanobert.config import FinetuneConfig, config_to_dict
 from nanobert.data.labelled import Split, TaskSpec, load_split
 from nanobert.engine.loop import Job, Plan, RunState

@@ -23,10 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from nanobert.checkpoints.checkpoint import (
-    QUESTION_ANSWERING,
-    load_state_dict,
-)
+from nanobert.checkpoints.checkpoint import load_state_dict
+from nanobert.checkpoints.kinds import QUESTION_ANSWERING
 from nanobert.config import QAConfig, config_to_dict
 from nanobert.data.labelled import Encoded
 from nanobert.data.squad import QAExample, QAFeatures, featurize, read_squad

@@ -21,13 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from nanobert.checkpoints.checkpoint import (
-    checkpoint_tokenizer,
-    kind_of_model,
-    load_language_model,
-    save_checkpoint,
-    wrong_kind,
-)
+from nanobert.checkpoints.checkpoint import checkpoint_tokenizer, load_language_model, save_checkpoint
+from nanobert.checkpoints.kinds import kind_of_model, wrong_kind
 from nanobert.config import FinetuneConfig, ModelConfig
 from nanobert.data.labelled import Encoded, ExampleStream, collate
 from nanobert.device import choose_precision, hardware_description, resolve_device

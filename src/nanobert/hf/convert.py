@@ -28,15 +28,13 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from nanobert.checkpoints.checkpoint import (
     CONFIG_NAME,
-    KINDS,
-    checkpoint_kind,
     checkpoint_tokenizer,
-    kind_of_model,
     load_language_model,
     load_qa,
     read_config,
     save_checkpoint,
 )
+from nanobert.checkpoints.kinds import KINDS, checkpoint_kind, kind_of_model
 from nanobert.config import ModelConfig, config_from_dict
 from nanobert.errors import NanobertError
 from nanobert.files import check_output_dir, write_atomically
@@ -302,7 +300,7 @@ def _language_model_for_hf(checkpoint: Path) -> tuple[dict, dict, Any, str]:
     return hf_config, state, tokenizer, tokenizer_class
 
 
-# How a checkpoint kind is written for transformers, by the class it becomes (checkpoint.Kind.hf_architecture)
+# How a checkpoint kind is written for transformers, by the class it becomes (kinds.Kind.hf_architecture)
 # where that is not the language models' way
 _EXPORTERS = {"BertForQuestionAnswering": _qa_model_for_hf}
 

@@ -13,12 +13,8 @@ from pathlib import Path
 
 import torch
 
-from nanobert.checkpoints.checkpoint import (
-    checkpoint_kind,
-    checkpoint_tokenizer,
-    load_language_model,
-    load_train_config,
-)
+from nanobert.checkpoints.checkpoint import checkpoint_tokenizer, load_language_model, load_train_config
+from nanobert.checkpoints.kinds import checkpoint_kind
 from nanobert.config import config_from_dict
 from nanobert.data.sources import DataSources
 from nanobert.device import autocast_dtype, evaluating, resolve_device

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
-from nanobert.checkpoints.checkpoint import CAUSAL_LM, HYBRID_LM, KINDS, PRETRAINING, wrong_kind
+from nanobert.checkpoints.kinds import CAUSAL_LM, HYBRID_LM, KINDS, PRETRAINING, wrong_kind
 from nanobert.config import ModelConfig, TrainConfig
 from nanobert.data.nsp import CausalCollator, MaskingCollator, query_layout, word_start_table
 from nanobert.data.prepare import (
@@ -69,7 +69,7 @@ class Objective:
     checkpoints, resume, DDP) is shared. Each callable's contract is that of the MLM + NSP one below."""
 
     name: str
-    kind: str  # the checkpoint kind it writes: its model class and commands (checkpoint.KINDS)
+    kind: str  # the checkpoint kind it writes: its model class and commands (kinds.KINDS)
     is_decoder: bool  # the model config's flag: causal attention
     loss: Callable[[torch.nn.Module, dict], dict[str, torch.Tensor]]
     metric: str  # the held-out metric that picks best/

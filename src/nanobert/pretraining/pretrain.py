@@ -36,7 +36,6 @@ from tokenizers import Tokenizer
 from torch.nn.parallel import DistributedDataParallel
 
 from nanobert.checkpoints.checkpoint import (
-    checkpoint_kind,
     checkpoint_tokenizer,
     load_language_model,
     load_train_config,
@@ -44,8 +43,8 @@ from nanobert.checkpoints.checkpoint import (
     read_config,
     refuse_going_back,
     save_checkpoint,
-    wrong_kind,
 )
+from nanobert.checkpoints.kinds import checkpoint_kind, wrong_kind
 from nanobert.config import ModelConfig, TrainConfig, config_from_dict
 from nanobert.data.prepare import PreparedSplit
 from nanobert.data.sources import DataSources

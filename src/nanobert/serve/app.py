@@ -37,14 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from nanobert.checkpoints.checkpoint import (
-    CONFIG_NAME,
-    KINDS,
-    checkpoint_kind,
-    load_finetuned,
-    read_config,
-    wrong_kind,
-)
+from nanobert.checkpoints.checkpoint import CONFIG_NAME, load_finetuned, read_config
+from nanobert.checkpoints.kinds import KINDS, checkpoint_kind, wrong_kind
 from nanobert.checkpoints.run_files import METRICS_NAME, SUMMARY_NAME, read_summary, scan_records
 from nanobert.errors import NanobertError
 from nanobert.files import being_replaced
@@ -57,7 +51,7 @@ from nanobert.use.scoring import score_report
 
 WEB = Path(__file__).parent / "web"
 PANELS = {name: list(kind.panels) for name, kind in KINDS.items()}  # the panels that fit each kind
-# What loads a checkpoint for the page, by the interface that answers its kind (checkpoint.Kind.answered_by)
+# What loads a checkpoint for the page, by the interface that answers its kind (kinds.Kind.answered_by)
 LOADERS = {"language_model": load, "classifier": load_finetuned, "qa": load_qa_model}
 ROUTES = {route for panels in PANELS.values() for route in panels}  # POST /api/ROUTE
 GET_ROUTES = ("info", "run")  # GET /api/ROUTE: what the page shows besides the model's answers

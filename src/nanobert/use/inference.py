@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from nanobert.checkpoints.checkpoint import KINDS, checkpoint_tokenizer, kind_of_model, load_language_model
+from nanobert.checkpoints.checkpoint import checkpoint_tokenizer, load_language_model
+from nanobert.checkpoints.kinds import KINDS, kind_of_model
 from nanobert.data.corpus import check_text_file, utf8_lines
 from nanobert.device import resolve_device
 from nanobert.errors import NanobertError
@@ -135,7 +136,7 @@ class InferenceModel:
 
     def _require(self, command: str, shown: str | None = None) -> None:
         """A one-line error when this model's objective did not train it for `command` (one of its kind's
-        commands, checkpoint.KINDS), named `shown` (default: the command)."""
+        commands, kinds.KINDS), named `shown` (default: the command)."""
         if command in KINDS[self.kind].commands:
             return
         command = shown or command
