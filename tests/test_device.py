@@ -94,7 +94,7 @@ def test_a_close_call_is_not_cached(tmp_path, monkeypatch):
     assert len(calls) == 2 * 8 and not precision_cache().exists()
 
 
-def test_step_seconds_is_the_median_after_a_warm_up(monkeypatch):
+def test_time_steps_is_the_median_after_a_warm_up(monkeypatch):
     now = [0.0]
     monkeypatch.setattr("nanobert.device.time.perf_counter", lambda: now[0])
     calls = []
@@ -104,5 +104,5 @@ def test_step_seconds_is_the_median_after_a_warm_up(monkeypatch):
         calls.append(dtype)
         now[0] += next(durations)
 
-    seconds = device.step_seconds(step, torch.bfloat16, trials=3)
-    assert calls == [torch.bfloat16] * 4 and seconds == pytest.approx(0.002)
+    seconds = device.time_steps(step, {"bf16": torch.bfloat16}, trials=3)
+    assert calls == [torch.bfloat16] * 4 and seconds == {"bf16": pytest.approx(0.002)}

@@ -14,9 +14,10 @@ import pytest
 import torch
 from torch import nn
 
-from nanobert.engine.loop import Job, Plan, RunState, fit
+from nanobert.engine.loop import Job, Plan, fit
 from nanobert.engine.optimizer import build_optimizer, lr_multiplier
 from nanobert.engine.run_log import RunLog, read_records
+from nanobert.engine.run_state import RunState
 from nanobert.errors import NanobertError
 
 
@@ -278,3 +279,17 @@ def test_a_resumed_run_keeps_its_best_by_the_metric_it_now_selects_with():
     assert (run.best_value, run.best_step, run.evals_since_best) == (0.17, 20, 1)
     run.choose_best("mlm_loss", higher_is_better=False)
     assert (run.best_value, run.best_step, run.evals_since_best) == (6.1, 10, 2)
+
+
+def test_the_engine_takes_a_typed_feeder_and_the_feeders_say_they_are_one():
+    """`Job.feeder` is a `data.feeder.Feeder`; each class that feeds the loop names it as its base."""
+    import typing
+
+    from nanobert.data.feeder import Feeder
+    from nanobert.data.labelled import ExampleStream
+    from nanobert.data.streams import Prefetcher, Synchronous
+    from nanobert.finetuning.adapt import MaskedRows
+
+    assert typing.get_type_hints(Job)["feeder"] is Feeder
+    for feeder in (Prefetcher, Synchronous, ExampleStream, MaskedRows):
+        assert Feeder in feeder.__mro__, feeder

@@ -424,7 +424,7 @@ def test_depth_follows_the_passes_the_plan_gives(tmp_path, capsys, monkeypatch):
     assert layers(tmp_path / "deep") == 2
     # a time budget's passes come from a timed step (here a fixed 0.5 s), and the log says how it chose
     capsys.readouterr()
-    monkeypatch.setattr(nanobert.pretraining.size_rule, "step_seconds", lambda step, dtype: 0.5)
+    monkeypatch.setattr(nanobert.pretraining.size_rule, "step_seconds", lambda *step: 0.5)
     timed = tmp_path / "timed"
     argv = ["pretrain", "--train", str(tmp_path / "corpus.txt"), "--out", str(timed), "--device", "cpu"]
     assert main([*argv, "--time-budget", "2", "--set", *TINY_SET, "shallow_below_passes=1000"]) == 0

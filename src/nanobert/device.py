@@ -129,7 +129,8 @@ def choose_precision(
         return torch.bfloat16, "bf16 autocast: auto on a GPU"
     key = f"{cpu_name()} | torch {torch.__version__} | {torch.get_num_threads()} threads | {shape}"
     cache = _read_cache()
-    seconds = cache.get(key) or _time_both(step, trials)
+    measured = cache.get(key) or time_steps(step, {"fp32": None, "bf16": torch.bfloat16}, trials)
+    seconds = {name: round(value, 5) for name, value in measured.items()}
     # Only a clear winner is cached. A close call is cheap to measure again next time, and it is what a
     # measurement looks like when another job shares the cores: beside a second 2-thread run, a 60 ms bf16
     # step of the CPU recipe timed at 2.6 s in both precisions, and the cached choice would have stuck.
@@ -142,31 +143,21 @@ def choose_precision(
     return (torch.bfloat16 if chosen == "bf16" else None), why
 
 
-def _time_both(step: Callable[[torch.dtype | None], None], trials: int) -> dict[str, float]:
-    """Median seconds per step of fp32 and bf16, timed in turns after a warm-up of each."""
-    dtypes = {"fp32": None, "bf16": torch.bfloat16}
-    times: dict[str, list[float]] = {name: [] for name in dtypes}
+def time_steps(
+    step: Callable[[torch.dtype | None], None], dtypes: dict[str, torch.dtype | None], trials: int = 3
+) -> dict[str, float]:
+    """Median seconds per `step(dtype)` for each of `dtypes` (name -> autocast dtype, None for fp32), timed
+    in turns after a warm-up step of each, so that a passing load slows them alike: the one place nanobert
+    times a step (the choice of precision, the first run's size rule)."""
     for dtype in dtypes.values():
         step(dtype)  # warm-up: oneDNN builds its kernels for these shapes on first use
+    times: dict[str, list[float]] = {name: [] for name in dtypes}
     for _ in range(trials):
         for name, dtype in dtypes.items():
             start = time.perf_counter()
             step(dtype)
             times[name].append(time.perf_counter() - start)
-    return {name: round(statistics.median(t), 5) for name, t in times.items()}
-
-
-def step_seconds(
-    step: Callable[[torch.dtype | None], None], dtype: torch.dtype | None, trials: int = 3
-) -> float:
-    """Median seconds of `step(dtype)` (a `choose_precision` step) over `trials` runs after a warm-up."""
-    step(dtype)
-    times = []
-    for _ in range(trials):
-        start = time.perf_counter()
-        step(dtype)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def _read_cache() -> dict[str, Any]:
@@ -226,5 +217,5 @@ __all__ = [
     "cpu_name",
     "hardware_description",
     "resolve_device",
-    "step_seconds",
+    "time_steps",
 ]

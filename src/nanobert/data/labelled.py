@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from nanobert.data.feeder import Feeder
 from nanobert.data.tables import Column, Table, read_table
 from nanobert.errors import NanobertError
 from nanobert.tokenizer import encode_pairs, pad
@@ -263,7 +264,7 @@ def length_sorted_batches(
         yield index, collate(unlabelled, index)
 
 
-class ExampleStream:
+class ExampleStream(Feeder):
     """Endless training batches of `data`: each epoch a fresh shuffle (`train_batches`), collated on demand.
 
     Its position (epoch, index) is all a resume needs; the loop records it with each batch.

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from nanobert.config import TrainConfig
+from nanobert.data.feeder import Feeder
 from nanobert.data.nsp import (
     Instance,
     causal_batches,
@@ -231,7 +232,7 @@ class BatchStream:
         self.collator.load_state_dict(state["collator"])
 
 
-class Prefetcher:
+class Prefetcher(Feeder):
     """Prepares batches on a background thread (pinned, ready for non-blocking copies) while the GPU trains.
 
     Each batch travels with the stream state *after* it, so a checkpoint records the data position of the
@@ -272,7 +273,7 @@ class Prefetcher:
         self.thread.join(timeout=5)
 
 
-class Synchronous:
+class Synchronous(Feeder):
     """The same interface as Prefetcher, preparing each batch when asked (CPU training: no idle device)."""
 
     def __init__(self, stream: BatchStream):

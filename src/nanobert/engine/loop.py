@@ -1,10 +1,11 @@
 """The training loop every job runs: stop checks, learning rate, step, log, evaluate, save.
 
 Follows nanoGPT's train.py and litgpt's `fit`. A job (pretraining, fine-tuning) sets up a `Job`, what the
-loop needs from it: the model, the optimizer, a batch feeder, a loss function, an evaluation function and a
-way to save, and a `Plan`: how long, how often to log, evaluate and save. `fit` then runs the loop and the
-end of the run (a final evaluation, a resumable last/ checkpoint), and returns what happened; the job writes
-its own summary. Nothing here knows whether the batches are masked sentences or labelled examples.
+loop needs from it: the model, the optimizer, a batch feeder (`data.feeder.Feeder`), a loss function, an
+evaluation function and a way to save, and a `Plan`: how long, how often to log, evaluate and save. `fit`
+then runs the loop and the end of the run (a final evaluation, a resumable last/ checkpoint), and returns
+what happened; the job writes its own summary. Nothing here knows whether the batches are masked sentences
+or labelled examples. What a run remembers, and the rule that picks best/, are in run_state.py.
 
 Host synchronisation (`.item()`) happens only at log and evaluation intervals. Under data parallelism
 (`distributed.py`) every rank runs the same loop; the stop decision, the logged losses and the RNG states in
@@ -17,9 +18,7 @@ so the last good checkpoint stays as it was.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import random
 import signal
 import time
 from collections.abc import Callable
@@ -31,106 +30,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from nanobert.data.feeder import Feeder
 from nanobert.device import autocast
 from nanobert.engine.distributed import Distributed
 from nanobert.engine.optimizer import lr_multiplier, set_learning_rate
 from nanobert.engine.run_log import RunLog
+from nanobert.engine.run_state import RunState, rng_state, trainer_state
 from nanobert.errors import NanobertError
-
-
-@dataclass
-class RunState:
-    """What a resume restores besides weights, optimizer, data position and RNG states."""
-
-    step: int = 0
-    train_time: float = 0.0  # seconds spent in the loop (the time budget counts these)
-    tokens_seen: int = 0
-    best_value: float | None = None  # the best held-out value of the job's selection metric so far
-    best_step: int | None = None  # the step best/ holds: the best, or a later one within the job's margin
-    best_reason: str | None = None  # why best/ holds that step (`offer`)
-    evals_since_best: int = 0
-    history: list[dict] = field(default_factory=list)  # every evaluation: {"step": ..., **metrics}
-    # Evaluations made where a resumable run stopped between its scheduled ones (--stop-after, a signal):
-    # kept in the history, but not offered to best/ unless there is none yet, so that a resumed run keeps
-    # the best/ the uninterrupted run would have (which never evaluated there).
-    interim_steps: list[int] = field(default_factory=list)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunState:
-        """A saved state; checkpoints of earlier versions called best_value best_mlm_loss."""
-        data = dict(data)
-        if "best_mlm_loss" in data:
-            loss = data.pop("best_mlm_loss")
-            data.setdefault("best_value", loss if math.isfinite(loss) else None)
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
-    def best(self) -> dict | None:
-        return next((h for h in self.history if h["step"] == self.best_step), None)
-
-    def choose_best(
-        self,
-        metric: str,
-        higher_is_better: bool,
-        margin: float = 0.0,
-        tiebreak: Callable[[dict], float] | None = None,
-    ) -> None:
-        """best_value, best_step and evals_since_best from the history by `metric`, replayed through `offer`,
-        so that a resumed run keeps the best/ the loop would have kept by this version's rule."""
-        scored = [
-            h
-            for h in self.history
-            if isinstance(h.get(metric), int | float) and h["step"] not in self.interim_steps
-        ]
-        if not scored:
-            if self.best_step in self.interim_steps:  # best/ is a stop's evaluation only: the next takes it
-                self.best_value, self.best_step, self.best_reason, self.evals_since_best = None, None, None, 0
-            return
-        self.best_value, self.best_step, self.evals_since_best = None, None, 0
-        for h in scored:
-            self.offer(h, metric, higher_is_better, margin, tiebreak)
-        self.evals_since_best = sum(h["step"] > self.best_step for h in scored)
-
-    def offer(
-        self,
-        evaluation: dict,
-        metric: str,
-        higher_is_better: bool,
-        margin: float,
-        tiebreak: Callable[[dict], float] | None = None,
-    ) -> str | None:
-        """Whether `evaluation` (a history record: its step and metrics) takes best/, and why (None: it does
-        not; the reason is kept in `best_reason`).
-
-        A new best by `metric` takes it. So does a tie or near-tie, trailing the best value so far by no more
-        than `margin`: with a `tiebreak` (a held-out loss, lower is better), when it is lower than that of the
-        evaluation best/ holds; without one, when it trails by less than `margin`. best_value stays the best
-        seen, so a run of small declines cannot walk best/ downhill. Why: late in a run the metric is flat
-        within its sampling noise (and on a memorised corpus it sits at 1.0), and among evaluations it cannot
-        tell apart, the later one with the lower loss has learnt more (the next-sentence head included)."""
-        step, value = evaluation["step"], evaluation[metric]
-        sign = 1.0 if higher_is_better else -1.0
-        gap = None if self.best_value is None else sign * (value - self.best_value)
-        reason = None
-        if gap is None or gap > 0:
-            reason = f"the best held-out {metric} so far ({value:.4f})"
-        elif tiebreak is not None and gap >= -margin:
-            held, ours = self.best(), tiebreak(evaluation)
-            if held is not None and ours < tiebreak(held):
-                near = "ties" if gap == 0 else f"is within best_margin {margin:g} of"
-                reason = (
-                    f"held-out {metric} {value:.4f} {near} the best ({self.best_value:.4f}) and its held-out "
-                    f"loss is lower than step {held['step']}'s ({ours:.4f} < {tiebreak(held):.4f})"
-                )
-        elif tiebreak is None and gap > -margin:
-            reason = f"held-out {metric} {value:.4f} is within best_margin {margin:g} of the best"
-        if gap is None or gap > 0:
-            self.best_value = value
-        if reason is not None:
-            self.best_step, self.best_reason, self.evals_since_best = step, reason, 0
-        else:
-            self.evals_since_best += 1
-        return reason
 
 
 @dataclass
@@ -172,7 +78,7 @@ class Job:
     model: nn.Module  # unwrapped: what is saved and checked for finite weights
     train_model: nn.Module  # what runs the forward pass: `model`, or its torch.compile / DDP wrapper
     optimizer: torch.optim.Optimizer
-    feeder: Any  # .next() -> (batch on the host, data position after it); .close()
+    feeder: Feeder  # .next() -> (batch on the host, data position after it); .close()
     data_state: dict[str, Any]  # the data position before the first batch
     loss: Callable[[nn.Module, dict[str, torch.Tensor]], dict[str, torch.Tensor]]
     evaluate: Callable[[], dict[str, float]]
@@ -458,42 +364,6 @@ class _Loop:
 # Small pieces: tokens in a batch, finite weights, RNG and trainer state
 
 
-def precision_step(
-    model: nn.Module, loss: Callable, batch: dict[str, torch.Tensor], device: torch.device
-) -> Callable[[torch.dtype | None], None]:
-    """For `device.choose_precision`: one forward and backward of `loss` on `batch` under an autocast dtype,
-    leaving the RNG states (dropout draws from them) and the gradients as they were, so measuring does not
-    change the run."""
-
-    def step(dtype: torch.dtype | None) -> None:
-        states = rng_state(device)
-        model.train()  # dropout included, as in training
-        with autocast(device, dtype):
-            value = loss(model, {k: v.to(device) for k, v in batch.items()})["loss"]
-        value.backward()
-        if device.type == "cuda":  # the kernels run asynchronously: a timed step ends when they have
-            torch.cuda.synchronize(device)
-        model.zero_grad(set_to_none=True)
-        torch.set_rng_state(states["torch"])
-        if "cuda" in states:
-            torch.cuda.set_rng_state(states["cuda"], device)
-
-    return step
-
-
-def shape_key(model: nn.Module, batch: dict[str, torch.Tensor], objective: str) -> str:
-    """What a precision measurement depends on besides the machine: the model's shape and the batch's."""
-    c = model.config
-    layout = "pre-LN" if c.pre_layer_norm else "post-LN"
-    dims = "x".join(str(d) for d in batch["input_ids"].shape)
-    # Dropout 0 takes faster kernels, so it is part of the shape.
-    dropout = f"dropout {c.hidden_dropout_prob:g}/{c.attention_probs_dropout_prob:g}"
-    return (
-        f"{objective} {type(model).__name__} L{c.num_hidden_layers} H{c.hidden_size} "
-        f"A{c.num_attention_heads} I{c.intermediate_size} V{c.vocab_size} {layout} {dropout} batch {dims}"
-    )
-
-
 def _fmt(value: float) -> str:
     return str(value) if isinstance(value, int) else f"{value:.4f}"
 
@@ -510,39 +380,6 @@ def _real_tokens(batch: dict[str, torch.Tensor]) -> int:
 def all_finite(model: nn.Module) -> bool:
     """Whether every weight is finite (one host sync, done only before evaluating or saving)."""
     return bool(torch.stack([p.detach().isfinite().all() for p in model.parameters()]).all())
-
-
-def rng_state(device: torch.device) -> dict[str, Any]:
-    """This process's torch RNG states (dropout draws from them)."""
-    state = {"torch": torch.get_rng_state()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def trainer_state(optimizer, data_state: dict, run: RunState, rng_states: list[dict[str, Any]]) -> dict:
-    """What a resume needs besides the weights; `rng_states` holds one entry per rank."""
-    state = {
-        "optimizer": optimizer.state_dict(),
-        "data": data_state,
-        "run": dataclasses.asdict(run),  # plain numbers and dicts: loadable with weights_only=True
-        "rng": {**rng_states[0], "python": list(random.getstate()[1])},
-    }
-    if len(rng_states) > 1:
-        state["rng"]["ranks"] = rng_states
-    return state
-
-
-def restore_rng(state: dict, ctx: Distributed, device: torch.device, seed: int, step: int) -> None:
-    """Each rank's RNG states from a checkpoint; a rank the checkpoint did not have gets a fresh stream."""
-    ranks = state.get("ranks")
-    mine = ranks[ctx.rank] if ranks and len(ranks) == ctx.world_size else state
-    torch.set_rng_state(mine["torch"])
-    random.setstate((3, tuple(state["python"]), None))
-    if device.type == "cuda" and "cuda" in mine:
-        torch.cuda.set_rng_state(mine["cuda"], device)
-    if mine is state and ctx.rank > 0:  # resumed on more processes than saved: distinct dropout per rank
-        torch.manual_seed(seed + 7919 * ctx.rank + step)
 
 
 def run_summary(run: RunState, outcome: Outcome, wall_start: float, model: nn.Module, hardware: dict) -> dict:
@@ -571,14 +408,8 @@ __all__ = [
     "Job",
     "Outcome",
     "Plan",
-    "RunState",
     "SignalRecorder",
     "all_finite",
     "fit",
-    "precision_step",
-    "restore_rng",
-    "rng_state",
     "run_summary",
-    "shape_key",
-    "trainer_state",
 ]

@@ -30,10 +30,11 @@ from nanobert.checkpoints.kinds import PRETRAINING
 from nanobert.config import FinetuneConfig, TrainConfig, config_to_dict
 from nanobert.data.labelled import Encoded, ExampleStream
 from nanobert.data.nsp import Instance, MaskingCollator
-from nanobert.device import choose_precision
-from nanobert.engine.loop import Job, Plan, RunState, fit, precision_step, shape_key
+from nanobert.engine.loop import Job, Plan, fit
 from nanobert.engine.optimizer import build_optimizer
+from nanobert.engine.precision import training_precision
 from nanobert.engine.run_log import RunLog, prepare_out_dir
+from nanobert.engine.run_state import RunState
 from nanobert.errors import NanobertError
 from nanobert.finetuning.task import copy_encoder, seed_run
 from nanobert.model import BertForPreTraining
@@ -204,11 +205,10 @@ def _job(
 def _precision(
     pretrained: BertForPreTraining, train: Encoded, cfg: FinetuneConfig, device: torch.device
 ) -> tuple[torch.dtype | None, str]:
-    """`device.choose_precision` on a masked batch of the first training rows."""
+    """`engine.precision.training_precision` on a masked batch of the first training rows."""
     first = np.arange(min(cfg.adapt_batch_size, len(train)))
     sample = masked_batch(train, first, MaskingCollator(pretrained.config.vocab_size, mask_prob=MASK_PROB))
-    step = precision_step(pretrained, mlm_loss, sample, device)
-    return choose_precision(cfg.precision, device, step, shape_key(pretrained, sample, "adapt"))
+    return training_precision(cfg.precision, pretrained, mlm_loss, sample, device, "adapt")
 
 
 __all__ = ["MaskedRows", "adapt_encoder", "check_adaptation", "held_out_batches"]

@@ -27,8 +27,9 @@ from nanobert.checkpoints.checkpoint import load_state_dict
 from nanobert.checkpoints.kinds import SEQUENCE_CLASSIFICATION
 from nanobert.config import FinetuneConfig, config_to_dict
 from nanobert.data.labelled import Split, TaskSpec, load_split
-from nanobert.engine.loop import Job, Plan, RunState
+from nanobert.engine.loop import Job, Plan
 from nanobert.engine.run_log import RunLog
+from nanobert.engine.run_state import RunState
 from nanobert.errors import NanobertError
 from nanobert.finetuning.adapt import adapt_encoder, check_adaptation
 from nanobert.finetuning.task import Task, epoch_job, run_task, with_encoder

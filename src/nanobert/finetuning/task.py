@@ -25,10 +25,12 @@ from nanobert.checkpoints.checkpoint import checkpoint_tokenizer, load_language_
 from nanobert.checkpoints.kinds import kind_of_model, wrong_kind
 from nanobert.config import FinetuneConfig, ModelConfig
 from nanobert.data.labelled import Encoded, ExampleStream, collate
-from nanobert.device import choose_precision, hardware_description, resolve_device
-from nanobert.engine.loop import Job, Outcome, Plan, RunState, fit, precision_step, run_summary, shape_key
+from nanobert.device import hardware_description, resolve_device
+from nanobert.engine.loop import Job, Outcome, Plan, fit, run_summary
 from nanobert.engine.optimizer import build_optimizer
+from nanobert.engine.precision import training_precision
 from nanobert.engine.run_log import RunLog, checkpoint_bytes, prepare_out_dir, write_summary
+from nanobert.engine.run_state import RunState
 from nanobert.errors import NanobertError
 from nanobert.model import BertForPreTraining
 
@@ -160,13 +162,12 @@ def epoch_job(
     quiet: bool,
 ) -> tuple[Job, Plan, RunState, RunLog]:
     """What the loop needs for `cfg.epochs` epochs of `train`: AdamW (with layer-wise decay when asked),
-    the precision (`device.choose_precision` on a batch of `train`), the plan (a dev evaluation,
+    the precision (`engine.precision.training_precision` on a batch of `train`), the plan (a dev evaluation,
     `evaluate(autocast dtype)`, at every epoch's end; the best by `metric` saved as best/ of `kind`, its
     config.json carrying `extra`, the precision, the epoch and the dev metrics)."""
     device = next(model.parameters()).device
     sample = collate(train, np.arange(min(cfg.batch_size, len(train))))
-    step = precision_step(model, loss, sample, device)
-    amp_dtype, why = choose_precision(cfg.precision, device, step, shape_key(model, sample, kind))
+    amp_dtype, why = training_precision(cfg.precision, model, loss, sample, device, kind)
     extra = {**extra, "precision": "bf16" if amp_dtype else "fp32"}
     optimizer = build_optimizer(
         model, cfg.learning_rate, cfg.weight_decay, eps=cfg.adam_eps, layer_lr_decay=cfg.layer_lr_decay

@@ -49,21 +49,13 @@ from nanobert.config import ModelConfig, TrainConfig, config_from_dict
 from nanobert.data.prepare import PreparedSplit
 from nanobert.data.sources import DataSources
 from nanobert.data.streams import BatchStream, CorpusInstances, feeder
-from nanobert.device import autocast_dtype, choose_precision, hardware_description, resolve_device
+from nanobert.device import autocast_dtype, hardware_description, resolve_device
 from nanobert.engine.distributed import Distributed, from_environment
-from nanobert.engine.loop import (
-    Job,
-    Outcome,
-    Plan,
-    RunState,
-    fit,
-    precision_step,
-    restore_rng,
-    run_summary,
-    shape_key,
-)
+from nanobert.engine.loop import Job, Outcome, Plan, fit, run_summary
 from nanobert.engine.optimizer import build_optimizer
+from nanobert.engine.precision import training_precision
 from nanobert.engine.run_log import METRICS_NAME, RunLog, checkpoint_bytes, prepare_out_dir, write_summary
+from nanobert.engine.run_state import RunState, restore_rng
 from nanobert.errors import NanobertError
 from nanobert.model import BertForPreTraining, BertLMHeadModel
 from nanobert.objectives.held_out import nsp_not_learned
@@ -380,9 +372,9 @@ def _precision(setup: _Setup, objective: Objective) -> tuple[torch.dtype | None,
         if recorded in ("fp32", "bf16"):
             return autocast_dtype(recorded, s.device), f"{recorded}, as the resumed run chose"
     sample = objective.sample(cfg, s.model.config.vocab_size)
-    step = precision_step(s.model, objective.loss, sample, s.device)
-    key = shape_key(s.model, sample, cfg.objective)
-    return s.ctx.on_main(lambda: choose_precision(cfg.precision, s.device, step, key))
+    return s.ctx.on_main(
+        lambda: training_precision(cfg.precision, s.model, objective.loss, sample, s.device, cfg.objective)
+    )
 
 
 def _continue_records(setup: _Setup, run: RunState, log: RunLog) -> None:

@@ -16,9 +16,8 @@ import torch
 
 from nanobert.config import TrainConfig
 from nanobert.data.streams import BatchStream
-from nanobert.device import choose_precision, step_seconds
 from nanobert.engine.distributed import Distributed
-from nanobert.engine.loop import precision_step, shape_key
+from nanobert.engine.precision import step_seconds, training_precision
 from nanobert.objectives.registry import objective_of
 from nanobert.pretraining.recipes import GPU_SHAPES, MODEL_PRESETS
 
@@ -39,11 +38,10 @@ def time_step(ctx: Distributed, device: torch.device, cfg: TrainConfig, model: t
     (the same answer for every rank)."""
     objective = objective_of(cfg)
     sample = objective.sample(cfg, model.config.vocab_size)
-    step = precision_step(model, objective.loss, sample, device)
 
     def timed() -> float:
-        dtype, _ = choose_precision(cfg.precision, device, step, shape_key(model, sample, cfg.objective))
-        return step_seconds(step, dtype)
+        dtype, _ = training_precision(cfg.precision, model, objective.loss, sample, device, cfg.objective)
+        return step_seconds(model, objective.loss, sample, device, dtype)
 
     return ctx.on_main(timed)
 
