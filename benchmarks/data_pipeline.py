@@ -24,7 +24,8 @@ import torch
 
 from nanobert.config import ModelConfig
 from nanobert.data.corpus import documents_from_lines, load_documents, read_text_file
-from nanobert.data.nsp import MaskingCollator, batches, create_instances, nsp_documents, query_layout
+from nanobert.data.masking import MaskingCollator, query_layout
+from nanobert.data.nsp import batches, create_instances, nsp_documents
 from nanobert.device import autocast_dtype, resolve_device
 from nanobert.engine.optimizer import build_optimizer
 from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script

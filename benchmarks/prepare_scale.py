@@ -89,7 +89,7 @@ def stage_epoch(args) -> dict:
     import torch
 
     from nanobert.config import TrainConfig
-    from nanobert.data.nsp import MaskingCollator, query_layout
+    from nanobert.data.masking import MaskingCollator, query_layout
     from nanobert.data.prepare import PreparedCorpus, WindowedInstances
 
     # Masking a batch is a few small tensor ops: one thread does them fastest, and more only spin against

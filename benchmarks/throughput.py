@@ -51,7 +51,7 @@ from torch.autograd import DeviceType
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nanobert.config import ModelConfig
-from nanobert.data.nsp import masked_positions, query_layout
+from nanobert.data.masking import masked_positions, query_layout
 from nanobert.device import resolve_device
 from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script
 from nanobert.hf.convert import to_hf_config, to_hf_state_dict

@@ -20,7 +20,8 @@ import torch
 
 from nanobert.config import ModelConfig
 from nanobert.data.corpus import load_documents
-from nanobert.data.nsp import MaskingCollator, nsp_epoch_batches
+from nanobert.data.masking import MaskingCollator
+from nanobert.data.nsp import nsp_epoch_batches
 from nanobert.engine.optimizer import build_optimizer, lr_multiplier
 from nanobert.model import BertForPreTraining
 from nanobert.tokenizer import IGNORE_INDEX, encode_documents, load_tokenizer, train_tokenizer

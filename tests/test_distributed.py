@@ -12,7 +12,8 @@ from helpers import TINY_SET, write_corpus
 
 import nanobert
 from nanobert.cli import main
-from nanobert.data.nsp import Instance, MaskingCollator
+from nanobert.data.masking import MaskingCollator
+from nanobert.data.nsp import Instance
 from nanobert.data.streams import shard_batch
 from nanobert.model import BertForPreTraining
 from nanobert.tokenizer import IGNORE_INDEX

@@ -11,7 +11,7 @@ from helpers import TINY_MODEL, TINY_SET, write_corpus
 
 from nanobert.cli import main
 from nanobert.config import ModelConfig, TrainConfig
-from nanobert.data.nsp import MaskingCollator
+from nanobert.data.masking import MaskingCollator
 from nanobert.errors import NanobertError
 from nanobert.model import BertForHybridLM
 from nanobert.objectives.hybrid import HybridCollator, hybrid_held_out, hybrid_loss, shift_labels

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from nanobert.config import ModelConfig
-from nanobert.data.nsp import masked_positions, query_layout
+from nanobert.data.masking import masked_positions, query_layout
 from nanobert.errors import NanobertError
 from nanobert.model import BertForPreTraining, BertForSequenceClassification
 from nanobert.pretraining.recipes import MODEL_PRESETS

@@ -76,4 +76,12 @@ def test_it_is_short_and_uses_no_engine_module():
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("nanobert.")
     }
     # the tokenizer, the NSP pairs and masking collator, the model, AdamW and its schedule: nothing else
-    assert imported == {"config", "data.corpus", "tokenizer", "data.nsp", "model", "engine.optimizer"}
+    assert imported == {
+        "config",
+        "data.corpus",
+        "tokenizer",
+        "data.nsp",
+        "data.masking",
+        "model",
+        "engine.optimizer",
+    }

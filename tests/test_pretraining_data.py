@@ -14,15 +14,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nanobert.data.nsp import (
-    Instance,
-    MaskingCollator,
-    batches,
-    create_instances,
-    masked_positions,
-    nsp_epoch_batches,
-    query_layout,
-)
+from nanobert.data.masking import MaskingCollator, masked_positions, query_layout
+from nanobert.data.nsp import Instance, batches, create_instances, nsp_epoch_batches
 from nanobert.errors import NanobertError
 
 PAD, UNK, CLS, SEP, MASK, FIRST = 0, 1, 2, 3, 4, 5
@@ -432,7 +425,7 @@ def test_query_layout_lists_cls_then_the_masked_positions_of_each_row():
 
 
 def test_causal_windows_cover_the_stream_and_move_between_epochs():
-    from nanobert.data.nsp import causal_windows
+    from nanobert.data.windows import causal_windows
 
     docs = [[[FIRST + i for i in range(d * 10, d * 10 + 3 + d)] for _ in range(1)] for d in range(5)]
     stream = [t for doc in docs for t in [*(t for s in doc for t in s), SEP]]
@@ -452,7 +445,7 @@ def test_causal_windows_cover_the_stream_and_move_between_epochs():
 def test_a_causal_stream_of_one_to_two_windows_gives_a_full_window_every_epoch(extra):
     """The random offset used to be any of seq_len - 1 places, so a stream shorter than two windows lost
     its only full window in most epochs (and every epoch of a --data toy run of max_seq_len 64 or more)."""
-    from nanobert.data.nsp import causal_stream_tokens, causal_windows, require_causal_window
+    from nanobert.data.windows import causal_stream_tokens, causal_windows, require_causal_window
 
     seq_len = 10
     docs = [[[FIRST + i for i in range(seq_len - 2 + extra)]]]  # and its [SEP]: (seq_len - 1) + extra tokens
@@ -471,7 +464,7 @@ def test_a_causal_stream_of_one_to_two_windows_gives_a_full_window_every_epoch(e
 
 
 def test_causal_collator_labels_are_the_inputs():
-    from nanobert.data.nsp import CausalCollator
+    from nanobert.data.windows import CausalCollator
 
     batch = CausalCollator(pad_to_multiple_of=4)([[CLS, 7, 8, 9, 10], [CLS, 11, SEP]])
     assert batch["input_ids"].tolist() == [[CLS, 7, 8, 9, 10, 0, 0, 0], [CLS, 11, SEP, 0, 0, 0, 0, 0]]

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from nanobert.config import TrainConfig
 from nanobert.data.corpus import read_text_file
-from nanobert.data.nsp import MaskingCollator, create_instances
+from nanobert.data.masking import MaskingCollator
+from nanobert.data.nsp import create_instances
 from nanobert.data.prepare import PreparedCorpus, WindowedInstances, iter_documents, prepare_corpus
 from nanobert.errors import NanobertError
 from nanobert.tokenizer import (

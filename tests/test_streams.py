@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from nanobert.config import TrainConfig
-from nanobert.data.nsp import CausalCollator, MaskingCollator
+from nanobert.data.masking import MaskingCollator
 from nanobert.data.streams import BatchStream, Prefetcher, Synchronous
+from nanobert.data.windows import CausalCollator
 from nanobert.errors import NanobertError
 from nanobert.objectives.registry import OBJECTIVES
 

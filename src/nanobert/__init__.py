@@ -36,7 +36,7 @@ _EXPORTS = {
     "encode_pair": "nanobert.tokenizer",
     "encode_documents": "nanobert.tokenizer",
     "create_instances": "nanobert.data.nsp",
-    "MaskingCollator": "nanobert.data.nsp",
+    "MaskingCollator": "nanobert.data.masking",
     # models
     "ModelConfig": "nanobert.config",
     "BertModel": "nanobert.model",

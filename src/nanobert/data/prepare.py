@@ -47,17 +47,16 @@ from nanobert.data.corpus import (
     utf8_lines,
 )
 from nanobert.data.nsp import (
-    CLS_ID,
-    SEP_ID,
     Instance,
     _instances_from_document,  # google's per-document algorithm, here fed documents read from the memmap
     batches,
-    causal_batches,
-    require_causal_window,
 )
+from nanobert.data.windows import causal_batches, require_causal_window
 from nanobert.errors import NanobertError
 from nanobert.files import check_output_dir, remove_stale_temporaries, write_atomically
 from nanobert.tokenizer import (
+    CLS_ID,
+    SEP_ID,
     check_tokenizer_options,
     encode_sentences,
     load_tokenizer,

@@ -20,15 +20,9 @@ import torch
 
 from nanobert.config import TrainConfig
 from nanobert.data.feeder import Feeder
-from nanobert.data.nsp import (
-    Instance,
-    causal_batches,
-    causal_stream_tokens,
-    nsp_documents,
-    nsp_epoch_batches,
-    query_layout,
-    require_causal_window,
-)
+from nanobert.data.masking import query_layout
+from nanobert.data.nsp import Instance, nsp_documents, nsp_epoch_batches
+from nanobert.data.windows import causal_batches, causal_stream_tokens, require_causal_window
 from nanobert.errors import NanobertError
 from nanobert.tokenizer import IGNORE_INDEX
 

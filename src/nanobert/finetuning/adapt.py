@@ -29,7 +29,8 @@ from nanobert.checkpoints.checkpoint import save_checkpoint
 from nanobert.checkpoints.kinds import PRETRAINING
 from nanobert.config import FinetuneConfig, TrainConfig, config_to_dict
 from nanobert.data.labelled import Encoded, ExampleStream
-from nanobert.data.nsp import Instance, MaskingCollator
+from nanobert.data.masking import MaskingCollator
+from nanobert.data.nsp import Instance
 from nanobert.engine.loop import Job, Plan, fit
 from nanobert.engine.optimizer import build_optimizer
 from nanobert.engine.precision import training_precision

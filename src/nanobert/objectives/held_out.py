@@ -18,13 +18,9 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 
-from nanobert.data.nsp import (
-    CausalCollator,
-    Instance,
-    MaskingCollator,
-    causal_windows,
-    create_instances,
-)
+from nanobert.data.masking import MaskingCollator
+from nanobert.data.nsp import Instance, create_instances
+from nanobert.data.windows import CausalCollator, causal_windows
 from nanobert.device import autocast, evaluating
 from nanobert.errors import NanobertError
 from nanobert.model import BertForPreTraining, BertLMHeadModel

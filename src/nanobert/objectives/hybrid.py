@@ -21,7 +21,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from nanobert.data.nsp import CausalCollator, Instance, MaskingCollator, causal_windows
+from nanobert.data.masking import MaskingCollator
+from nanobert.data.nsp import Instance
+from nanobert.data.windows import CausalCollator, causal_windows
 from nanobert.errors import NanobertError
 from nanobert.model import BertForHybridLM
 from nanobert.objectives.held_out import EVAL_MASK_PROB, Scored, perplexity, tallied

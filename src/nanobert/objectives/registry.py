@@ -24,7 +24,7 @@ from tokenizers import Tokenizer
 
 from nanobert.checkpoints.kinds import CAUSAL_LM, HYBRID_LM, KINDS, PRETRAINING, wrong_kind
 from nanobert.config import ModelConfig, TrainConfig
-from nanobert.data.nsp import CausalCollator, MaskingCollator, query_layout, word_start_table
+from nanobert.data.masking import MaskingCollator, query_layout, word_start_table
 from nanobert.data.prepare import (
     PreparedSplit,
     WindowedInstances,
@@ -43,6 +43,7 @@ from nanobert.data.streams import (
     check_nsp_corpus,
     nsp_corpus_batches,
 )
+from nanobert.data.windows import CausalCollator
 from nanobert.errors import NanobertError
 from nanobert.objectives.held_out import (
     CAUSAL_METRIC_KEYS,
