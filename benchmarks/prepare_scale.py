@@ -90,7 +90,7 @@ def stage_epoch(args) -> dict:
 
     from nanobert.config import TrainConfig
     from nanobert.data.masking import MaskingCollator, query_layout
-    from nanobert.data.prepare import PreparedCorpus, WindowedInstances
+    from nanobert.data.shards import PreparedCorpus, WindowedInstances
 
     # Masking a batch is a few small tensor ops: one thread does them fastest, and more only spin against
     # whatever else runs on the machine (training does the same work on its data thread).

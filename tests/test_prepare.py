@@ -9,11 +9,12 @@ import pytest
 import torch
 from helpers import TINY_SET, write_corpus
 
-import nanobert.data.prepare as prepare_mod
+import nanobert.data.shards as shards_mod
 from nanobert.cli import main
 from nanobert.config import TrainConfig
 from nanobert.data.corpus import read_text_file
-from nanobert.data.prepare import PreparedCorpus, WindowedInstances, iter_documents, prepare_corpus
+from nanobert.data.prepare import iter_documents, prepare_corpus
+from nanobert.data.shards import PreparedCorpus, WindowedInstances
 from nanobert.errors import NanobertError
 from nanobert.tokenizer import encode_documents
 
@@ -194,7 +195,7 @@ def losses(run):
 
 def test_pretrain_prepared_resumes_exactly_across_windows(prepared, tmp_path, monkeypatch, capsys):
     out, *_ = prepared
-    monkeypatch.setattr(prepare_mod, "WINDOW_TOKENS", 150)  # several windows in this tiny corpus
+    monkeypatch.setattr(shards_mod, "WINDOW_TOKENS", 150)  # several windows in this tiny corpus
     full, split = tmp_path / "full", tmp_path / "split"
     assert pretrain_prepared(full, out, "--max-steps", "12") == 0
     assert pretrain_prepared(split, out, "--max-steps", "12", "--stop-after", "5") == 0

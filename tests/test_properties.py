@@ -18,7 +18,8 @@ from nanobert.config import TrainConfig
 from nanobert.data.corpus import read_text_file
 from nanobert.data.masking import MaskingCollator
 from nanobert.data.nsp import create_instances
-from nanobert.data.prepare import PreparedCorpus, WindowedInstances, iter_documents, prepare_corpus
+from nanobert.data.prepare import iter_documents, prepare_corpus
+from nanobert.data.shards import PreparedCorpus, WindowedInstances
 from nanobert.errors import NanobertError
 from nanobert.tokenizer import (
     IGNORE_INDEX,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from nanobert.data.corpus import WIKITEXT_HF_NAMES, Document, load_documents
-from nanobert.data.prepare import PreparedCorpus
+from nanobert.data.shards import PreparedCorpus
 from nanobert.errors import NanobertError
 from nanobert.tokenizer import encode_documents
 

@@ -25,7 +25,7 @@ from tokenizers import Tokenizer
 from nanobert.checkpoints.kinds import CAUSAL_LM, HYBRID_LM, KINDS, PRETRAINING, wrong_kind
 from nanobert.config import ModelConfig, TrainConfig
 from nanobert.data.masking import MaskingCollator, query_layout, word_start_table
-from nanobert.data.prepare import (
+from nanobert.data.shards import (
     PreparedSplit,
     WindowedInstances,
     causal_window_batches,

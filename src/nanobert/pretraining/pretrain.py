@@ -46,7 +46,7 @@ from nanobert.checkpoints.checkpoint import (
 )
 from nanobert.checkpoints.kinds import checkpoint_kind, wrong_kind
 from nanobert.config import ModelConfig, TrainConfig, config_from_dict
-from nanobert.data.prepare import PreparedSplit
+from nanobert.data.shards import PreparedSplit
 from nanobert.data.sources import DataSources
 from nanobert.data.streams import BatchStream, CorpusInstances, feeder
 from nanobert.device import autocast_dtype, hardware_description, resolve_device
