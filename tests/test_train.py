@@ -166,7 +166,7 @@ def test_toy_corpus_is_memorised(tmp_path, capsys, threads):
 def test_the_log_says_when_next_sentence_is_not_learned_yet():
     """A head that answers one label for every pair scores the majority label's share: the run's last lines
     say so and what to do, instead of leaving a user to read 0.57 as a weak model."""
-    from nanobert.objectives.held_out import nsp_not_learned
+    from nanobert.objectives.mlm_nsp import nsp_not_learned
 
     batches = [
         {"next_sentence_label": torch.tensor([0, 0, 1])},

@@ -39,7 +39,7 @@ from nanobert.engine.run_state import RunState
 from nanobert.errors import NanobertError
 from nanobert.finetuning.task import copy_encoder, seed_run
 from nanobert.model import BertForPreTraining
-from nanobert.objectives.held_out import mlm_nsp_metrics
+from nanobert.objectives.mlm_nsp import mlm_nsp_metrics
 
 MASK_PROB = 0.15  # BERT's standard rate: adaptation polishes a model, it does not pretrain one fast
 WARMUP_RATIO = TrainConfig.warmup_ratio  # pretraining's

@@ -20,14 +20,9 @@ from nanobert.data.sources import DataSources
 from nanobert.device import autocast_dtype, evaluating, resolve_device
 from nanobert.errors import NanobertError
 from nanobert.model import BertForPreTraining, BertLMHeadModel
-from nanobert.objectives.held_out import (
-    CAUSAL_METRIC_KEYS,
-    EVAL_MASK_PROB,
-    METRIC_KEYS,
-    eval_instances,
-    prepare_causal_eval_batches,
-    prepare_eval_batches,
-)
+from nanobert.objectives.causal import CAUSAL_METRIC_KEYS, prepare_causal_eval_batches
+from nanobert.objectives.held_out import EVAL_MASK_PROB
+from nanobert.objectives.mlm_nsp import METRIC_KEYS, eval_instances, prepare_eval_batches
 from nanobert.objectives.registry import objective_of_kind, objective_of_model
 
 

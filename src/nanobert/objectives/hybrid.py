@@ -10,7 +10,7 @@ token at t + 1 where that position was masked. Batches are one or the other, dra
 Both kinds cut the corpus as the causal objective does (`[CLS]` and a window of the running text, [SEP]
 after each document); there is no next-sentence task. The held-out batches are both kinds too, masked at
 the standard 15% with the evaluation seed, so `evaluate` prints the masked and the next-word figures, and
-best/ is chosen on their summed losses. `BertForHybridLM` (model.py) is the model; `objectives.HYBRID` the
+best/ is chosen on their summed losses. `BertForHybridLM` (model.py) is the model; `HYBRID`, at the end, the
 record that registers all this.
 """
 
@@ -20,13 +20,21 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from tokenizers import Tokenizer
 
+from nanobert.checkpoints.kinds import HYBRID_LM
+from nanobert.config import TrainConfig
 from nanobert.data.masking import MaskingCollator
 from nanobert.data.nsp import Instance
+from nanobert.data.shards import causal_window_batches, check_causal_windows
+from nanobert.data.streams import causal_corpus_batches, check_causal_corpus
 from nanobert.data.windows import CausalCollator, causal_windows
 from nanobert.errors import NanobertError
 from nanobert.model import BertForHybridLM
+from nanobert.objectives.causal import any_segments
 from nanobert.objectives.held_out import EVAL_MASK_PROB, Scored, perplexity, tallied
+from nanobert.objectives.mlm_nsp import masking_collator
+from nanobert.objectives.objective import Objective, random_ids
 from nanobert.tokenizer import IGNORE_INDEX
 
 HYBRID_METRIC_KEYS = (
@@ -144,7 +152,46 @@ def hybrid_metrics(
     }
 
 
+def hybrid_collator(cfg: TrainConfig, tokenizer: Tokenizer, vocab_size: int) -> HybridCollator:
+    """The run's masking collator, and the draw of which batches are next-word instead."""
+    return HybridCollator(
+        masking_collator(cfg, tokenizer, vocab_size), cfg.causal_fraction, cfg.seed, cfg.pad_to_multiple_of
+    )
+
+
+def hybrid_sample(cfg: TrainConfig, vocab_size: int) -> dict[str, torch.Tensor]:
+    """Random windows masked at the run's rate (most batches are masked), as the stream hands one to the
+    loss: what the precision choice times."""
+    ids, _ = random_ids(cfg, vocab_size)
+    batch = masked_batch(MaskingCollator(vocab_size, mask_prob=cfg.mask_prob, seed=0), ids.tolist())
+    del batch["attention_mask"]  # no padding: the stream passes no mask either (SDPA's fastest kernel)
+    return {**batch, "loss_share": torch.ones(2)}
+
+
+HYBRID = Objective(
+    name="hybrid",
+    kind=HYBRID_LM,
+    is_decoder=True,  # causal unless a batch (or fill-mask) asks for both ways
+    loss=hybrid_loss,
+    metric="loss",  # the masked and next-word held-out losses, summed: best/ serves both
+    higher_is_better=False,
+    tiebreak=None,
+    metric_keys=HYBRID_METRIC_KEYS,
+    metrics=hybrid_metrics,
+    held_out=hybrid_held_out,
+    collator=hybrid_collator,
+    sample=hybrid_sample,
+    corpus_batches=causal_corpus_batches,  # both kinds of batch cut the text as the causal objective does
+    check_corpus=check_causal_corpus,
+    window_batches=causal_window_batches,
+    check_windows=check_causal_windows,
+    layout=None,  # a next-word batch needs every position, so the last layer computes them all
+    check_model=any_segments,
+)
+
+
 __all__ = [
+    "HYBRID",
     "HYBRID_METRIC_KEYS",
     "HybridCollator",
     "hybrid_held_out",

@@ -58,7 +58,7 @@ from nanobert.engine.run_log import METRICS_NAME, RunLog, checkpoint_bytes, prep
 from nanobert.engine.run_state import RunState, restore_rng
 from nanobert.errors import NanobertError
 from nanobert.model import BertForPreTraining, BertLMHeadModel
-from nanobert.objectives.held_out import nsp_not_learned
+from nanobert.objectives.mlm_nsp import nsp_not_learned
 from nanobert.objectives.registry import OBJECTIVES, Objective, objective_of
 from nanobert.pretraining.size_rule import choose_size
 from nanobert.tokenizer import encode_documents, load_tokenizer, train_tokenizer
