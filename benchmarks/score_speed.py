@@ -29,7 +29,7 @@ import torch
 from nanobert.checkpoints.kinds import CAUSAL_LM
 from nanobert.device import cpu_has_native_bf16, cpu_name
 from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script
-from nanobert.hf.convert import export_hf
+from nanobert.hf.export_hf import export_hf
 from nanobert.tokenizer import MASK_ID
 from nanobert.use.blimp import load_blimp
 from nanobert.use.inference import load

@@ -54,7 +54,7 @@ from nanobert.config import ModelConfig
 from nanobert.data.masking import masked_positions, query_layout
 from nanobert.device import resolve_device
 from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script
-from nanobert.hf.convert import to_hf_config, to_hf_state_dict
+from nanobert.hf.names import to_hf_config, to_hf_state_dict
 from nanobert.model import BertForPreTraining
 from nanobert.pretraining.recipes import MODEL_PRESETS
 from nanobert.tokenizer import NUM_SPECIAL_TOKENS

@@ -14,7 +14,8 @@ from nanobert.checkpoints.checkpoint import load_pretraining_checkpoint, read_co
 from nanobert.cli import main
 from nanobert.config import ModelConfig
 from nanobert.errors import NanobertError
-from nanobert.hf.convert import export_hf, import_hf
+from nanobert.hf.export_hf import export_hf
+from nanobert.hf.import_hf import import_hf
 from nanobert.model import BertForPreTraining
 from nanobert.tokenizer import SPECIAL_TOKENS, encode_pair, load_tokenizer
 

@@ -5,7 +5,7 @@ import torch
 from helpers import TINY_MODEL
 
 from nanobert.config import ModelConfig
-from nanobert.hf.convert import from_hf_state_dict, to_hf_config, to_hf_state_dict
+from nanobert.hf.names import from_hf_state_dict, to_hf_config, to_hf_state_dict
 from nanobert.model import BertForPreTraining
 from nanobert.pretraining.recipes import MODEL_PRESETS
 

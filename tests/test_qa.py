@@ -217,7 +217,7 @@ def test_a_run_never_writes_over_its_dev_file_or_into_its_checkpoint(task, tmp_p
 def test_the_qa_checkpoint_exports_as_bert_for_question_answering(tuned, tmp_path):
     transformers = pytest.importorskip("transformers")
     from nanobert.checkpoints.checkpoint import load_qa
-    from nanobert.hf.convert import export_hf
+    from nanobert.hf.export_hf import export_hf
 
     out, _ = tuned
     exported = export_hf(out / "best", tmp_path / "hf")

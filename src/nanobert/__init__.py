@@ -69,8 +69,8 @@ _EXPORTS = {
     "predict": "nanobert.use.classifier",
     "load_finetuned": "nanobert.checkpoints.checkpoint",
     # transformers
-    "export_hf": "nanobert.hf.convert",
-    "import_hf": "nanobert.hf.convert",
+    "export_hf": "nanobert.hf.export_hf",
+    "import_hf": "nanobert.hf.import_hf",
     # errors
     "NanobertError": "nanobert.errors",
 }

@@ -782,7 +782,7 @@ def _add_export_hf(sub) -> None:
 def _cmd_export_hf(args) -> int:
     from nanobert.checkpoints.checkpoint import read_config
     from nanobert.checkpoints.kinds import KINDS, checkpoint_kind
-    from nanobert.hf.convert import export_hf
+    from nanobert.hf.export_hf import export_hf
 
     out = export_hf(args.checkpoint, args.out, overwrite=args.overwrite)
     files = sorted(f.name for f in out.iterdir())
@@ -810,7 +810,7 @@ def _add_import_hf(sub) -> None:
 def _cmd_import_hf(args) -> int:
     from dataclasses import asdict
 
-    from nanobert.hf.convert import import_hf
+    from nanobert.hf.import_hf import import_hf
 
     result = import_hf(args.hf_dir, args.out, overwrite=args.overwrite, seed=args.seed)
     lines = [f"wrote {result.out}"]
