@@ -37,20 +37,21 @@ except ImportError:
 from nanobert.serve.app import (  # noqa: E402 - after the extra's check
     HEADER_TIMEOUT_S,
     KEEP_ALIVE_S,
+    create_app,
+    listening_port,
+    serve,
+    server_config,
+)
+from nanobert.serve.guards import allowed_hosts, refusal  # noqa: E402
+from nanobert.serve.limits import (  # noqa: E402
     MAX_ATTENTION_CELLS,
     MAX_BODY_BYTES,
     MAX_MASKS,
     MAX_TEXT_CHARS,
     MAX_WAITING,
     WHOLE_FIELDS,
-    Served,
-    allowed_hosts,
-    create_app,
-    listening_port,
-    refusal,
-    serve,
-    server_config,
 )
+from nanobert.serve.served import Served  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_FLAGS = [
@@ -229,7 +230,7 @@ def test_one_request_cannot_exhaust_the_server(server):
     """80 [MASK]s with top_k 1e9 once took 2.3 GB and 49 s; every limit is refused at once, in one line."""
     import resource
 
-    import nanobert.serve.app as serve_module
+    import nanobert.serve.limits as limits_module
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB, the process's high-water mark
     text = " ".join(["alpha [MASK]"] * 80)
@@ -246,13 +247,13 @@ def test_one_request_cannot_exhaust_the_server(server):
     assert call(server, "generate", {"prompt": "a", "max_new_tokens": 10**6})[1]["error"].startswith(
         "max_new_tokens must be a whole number from 1 to 200"
     )
-    serve_module.MAX_ATTENTION_CELLS, limit = 2 * 4 * 20**2, MAX_ATTENTION_CELLS  # 20 tokens, tiny model
+    limits_module.MAX_ATTENTION_CELLS, limit = 2 * 4 * 20**2, MAX_ATTENTION_CELLS  # 20 tokens, tiny model
     try:
         status, answer = call(server, "attention", {"text_a": "alpha bravo " * 20})
         assert status == 400 and "more than the page sends" in answer["error"], answer
         assert call(server, "attention", {"text_a": "alpha bravo"})[0] == 200
     finally:
-        serve_module.MAX_ATTENTION_CELLS = limit
+        limits_module.MAX_ATTENTION_CELLS = limit
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 50_000  # no new high-water mark
 
 
