@@ -73,7 +73,8 @@ def _cmd_pretrain(args) -> int:
     attention on next-word prediction (--objective causal), or both on one head (--objective hybrid)."""
     from nanobert.data.sources import DataSources
     from nanobert.device import resolve_device
-    from nanobert.pretraining.pretrain import pretrain, resume_configs
+    from nanobert.pretraining.pretrain import pretrain
+    from nanobert.pretraining.resume import resume_configs
 
     model_over, train_over = parse_overrides(args.set)
     train_over.update(given(args, ("seed", "device", "max_steps", "epochs", "time_budget", "objective")))

@@ -38,14 +38,13 @@ from torch.nn.parallel import DistributedDataParallel
 from nanobert.checkpoints.checkpoint import (
     checkpoint_tokenizer,
     load_language_model,
-    load_train_config,
     load_trainer_state,
     read_config,
     refuse_going_back,
     save_checkpoint,
 )
 from nanobert.checkpoints.kinds import checkpoint_kind, wrong_kind
-from nanobert.config import ModelConfig, TrainConfig, config_from_dict
+from nanobert.config import ModelConfig, TrainConfig
 from nanobert.data.shards import PreparedSplit
 from nanobert.data.sources import DataSources
 from nanobert.data.streams import BatchStream, CorpusInstances, feeder
@@ -60,6 +59,7 @@ from nanobert.errors import NanobertError
 from nanobert.model import BertForPreTraining, BertLMHeadModel
 from nanobert.objectives.mlm_nsp import nsp_not_learned
 from nanobert.objectives.registry import OBJECTIVES, Objective, objective_of
+from nanobert.pretraining.resume import refuse_a_finished_run
 from nanobert.pretraining.size_rule import choose_size
 from nanobert.tokenizer import encode_documents, load_tokenizer, train_tokenizer
 from nanobert.use.plots import plot_curves
@@ -176,7 +176,7 @@ def _setup(
         data.source, cfg, objective.collator(cfg, data.tokenizer, vocab_size), ctx.rank, ctx.world_size
     )
     if resume_state is not None:
-        _refuse_a_finished_run(resume, resume_state, _plan(cfg, stream, None))
+        refuse_a_finished_run(resume, resume_state, _plan(cfg, stream, None))
     model, size_note = (data.model, None) if resume else choose_size(ctx, device, cfg, data.model, stream)
     if ctx.is_main and not in_place:
         prepare_out_dir(out_dir, overwrite, need=checkpoint_bytes(model, trainer_state=True))
@@ -184,17 +184,6 @@ def _setup(
         ctx, device, cfg, objective, sources, out_dir, model, data.tokenizer, stream, held_out,
         data.note, data.counts, resume, resume_state, size_note,
     )  # fmt: skip
-
-
-def _refuse_a_finished_run(resume: Path, state: dict, plan: Plan) -> None:
-    """A run at (or past) its full length has nothing left to train: resuming it only re-evaluated it."""
-    run = RunState.from_dict(state["run"])
-    if plan.progress(run.step - 1, run.train_time) >= 1.0:
-        length = f"{plan.total_steps} steps" if plan.total_steps else f"a {plan.time_budget:.0f} s budget"
-        raise NanobertError(
-            f"{resume} is at step {run.step} of a run of {length}: nothing is left to train; give a longer "
-            "--max-steps, --epochs or --time-budget (each counts the whole run, not more of it)"
-        )
 
 
 class _Data(NamedTuple):
@@ -437,53 +426,4 @@ def _finish(
     return summary
 
 
-# What the held-out scores of a run and its choice of best/ depend on: changed in the middle of a run, the
-# evaluations before and after would measure different things, and the history's replay (`choose_best`)
-# would no longer name the best/ on disk.
-HELD_OUT_FIELDS = ("objective", "max_seq_len", "eval_seed", "eval_batch_size", "best_margin")
-
-
-def resume_configs(
-    resume: str | Path,
-    model_overrides: dict[str, Any] | None = None,
-    train_overrides: dict[str, Any] | None = None,
-    sources: DataSources | None = None,
-    preset: str | None = None,
-) -> tuple[ModelConfig, TrainConfig, DataSources]:
-    """The configs and data sources to continue a checkpoint with: its own, with `train_overrides` applied
-    (a new length replaces the old one) and any field of `sources` that is set replacing the recorded one.
-    The model cannot change, nor can a preset be asked for (`preset` is refused, not ignored)."""
-    if preset is not None:
-        raise NanobertError("--preset applies to a new run; --resume keeps the run's own (change it: --set)")
-    config = read_config(resume)
-    if model_overrides:
-        raise NanobertError(
-            f"--resume continues a model as it is; model fields cannot change ({', '.join(model_overrides)})"
-        )
-    train_config = load_train_config(config)
-    train_overrides = train_overrides or {}
-    changed = [
-        k for k in HELD_OUT_FIELDS if k in train_overrides and train_overrides[k] != getattr(train_config, k)
-    ]
-    if changed:
-        raise NanobertError(
-            f"--resume keeps how the held-out split is scored and best/ chosen; {', '.join(changed)} cannot "
-            "change (start a new run to try other values)"
-        )
-    if {"max_steps", "epochs", "time_budget"} & set(train_overrides):
-        train_config.max_steps = train_config.epochs = train_config.time_budget = None
-    train_config = TrainConfig(**{**dataclasses.asdict(train_config), **train_overrides})
-    recorded = config_from_dict(DataSources, config.get("data") or {})
-    given = dataclasses.asdict(sources) if sources is not None else {}
-    merged = {k: given.get(k) or v for k, v in dataclasses.asdict(recorded).items()}
-    for field, option in (("train_file", "--train"), ("valid_file", "--valid"), ("prepared", "--prepared")):
-        path = merged[field]
-        if path and not given.get(field) and not Path(path).exists():  # recorded as typed, maybe elsewhere
-            raise NanobertError(
-                f"the run's {option[2:]} source {path} is not found from {Path.cwd()}; pass {option} PATH "
-                "to say where it is now"
-            )
-    return config_from_dict(ModelConfig, config["model"]), train_config, DataSources(**merged)
-
-
-__all__ = ["pretrain", "resume_configs"]
+__all__ = ["pretrain"]
