@@ -2,14 +2,14 @@
 attention maps.
 
 `load(checkpoint)` returns an `InferenceModel` for either pretraining objective, whose methods mirror the CLI:
-`fill_mask` and `next_sentence` (BERT's two heads), `generate` (the causal model's next-word head),
-`embed`, `similarity`, `attention`, `explain`, `score` and `compare` (both). Asking a model for what its
-objective did not train (fill-mask of a causal model, generate from BERT) is a one-line error naming the
-command that fits. Each method tokenizes with the checkpoint's own tokenizer and runs the model in eval mode
-without gradients; the model itself is untouched. Texts longer than the model's position table are truncated
-(the longer side of a pair first, as in pretraining; `score` refuses them instead). Results are small
-dataclasses of plain Python values or NumPy arrays; nothing here prints. `plots.plot_attention` draws the maps
-with matplotlib.
+`fill_mask` and `next_sentence` (BERT's two heads), `generate` (the causal model's next-word head), `embed`,
+`similarity`, `attention`, `explain`, `score` and `compare` (both). Asking a model for what its objective did
+not train (fill-mask of a causal model, generate from BERT) is a one-line error naming the command that fits.
+Each method tokenizes with the checkpoint's own tokenizer and runs the model in eval mode without gradients;
+the model itself is untouched. Texts longer than the model's position table are truncated (the longer side of
+a pair first, as in pretraining; `score` refuses them instead). Results are small dataclasses of plain Python
+values or NumPy arrays (results.py); nothing here prints. `plots.plot_attention` draws the maps with
+matplotlib.
 
 The two heads are read the way they were trained (Devlin et al. 2019, section 3.1): the masked-LM head gives
 a distribution over the vocabulary at every position, and the next-sentence head's class 0 is "B follows A".
@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,69 +48,18 @@ from nanobert.tokenizer import (
     pad,
 )
 from nanobert.use.explain import Trace, explain
+from nanobert.use.results import (
+    AttentionMaps,
+    Candidate,
+    FillMaskResult,
+    Generation,
+    MaskPrediction,
+    NextSentence,
+)
 from nanobert.use.scoring import Comparison, SentenceScore, score_sentences
 
 # "[mask]" typed in lower case would otherwise be split into "[", "mask", "]" and silently mean nothing.
 _MASK_ANY_CASE = re.compile(r"\[mask\]", re.IGNORECASE)
-
-
-@dataclass
-class Candidate:
-    token: str  # the word piece as in the vocabulary ("##s" for a continuation piece)
-    token_id: int
-    probability: float  # softmax over the whole vocabulary at this position
-    sequence: str  # the text with this candidate in place, word pieces joined; other masks stay [MASK]
-
-
-@dataclass
-class MaskPrediction:
-    position: int  # index in the token sequence ([CLS] is 0)
-    candidates: list[Candidate]  # most probable first
-
-
-@dataclass
-class FillMaskResult:
-    tokens: list[str]  # the input as word pieces, [CLS] ... [SEP]
-    masks: list[MaskPrediction]  # one per [MASK], left to right
-    filled: str  # every mask replaced by its top candidate, word pieces joined
-
-    def __str__(self) -> str:
-        """What `nanobert fill-mask` prints: each [MASK]'s candidates with their probabilities."""
-        lines = []
-        for n, mask in enumerate(self.masks, 1):
-            lines.append(f"[MASK] {n} of {len(self.masks)} (token position {mask.position}):")
-            width = max(len(c.token) for c in mask.candidates)
-            lines += [f"  {c.probability:6.1%}  {c.token:<{width}s}  {c.sequence}" for c in mask.candidates]
-        if len(self.masks) > 1:
-            lines.append(f"top guesses together: {self.filled}")
-        return "\n".join(lines)
-
-
-@dataclass
-class NextSentence:
-    is_next: float  # P(B follows A)
-    not_next: float  # P(B is a random sentence) = 1 - is_next
-
-    def __str__(self) -> str:
-        """What `nanobert nsp` prints."""
-        return f"IsNext {self.is_next:.1%}  NotNext {self.not_next:.1%}"
-
-
-@dataclass
-class AttentionMaps:
-    tokens: list[str]  # T word pieces, [CLS] A [SEP] (B [SEP])
-    token_type_ids: list[int]
-    probs: np.ndarray = field(repr=False)  # (L, nh, T, T): layer, head, query position, key position
-
-
-@dataclass
-class Generation:
-    prompt: str
-    continuation: str  # the new text, word pieces joined back into words
-    text: str  # prompt and continuation as one text
-    tokens: list[str]  # the new word pieces, in order
-    probabilities: list[float]  # the model's probability of each new piece (before temperature and top-k)
-    stop_reason: str  # "max_new_tokens", "end of document" ([SEP]) or "max length" (the position table)
 
 
 class InferenceModel:
