@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 
 from nanobert.checkpoints.checkpoint import load_language_model, read_config
-from nanobert.config import parse_overrides
+from nanobert.cli.overrides import parse_overrides
 from nanobert.data.corpus import load_documents
 from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script
 from nanobert.files import check_input_file, check_output_file

@@ -80,7 +80,8 @@ from pathlib import Path
 
 import torch
 
-from nanobert.config import ModelConfig, config_from_dict, parse_overrides
+from nanobert.cli.overrides import parse_overrides
+from nanobert.config import ModelConfig, config_from_dict
 from nanobert.device import cpu_name
 from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script
 from nanobert.files import check_input_file

@@ -28,7 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from nanobert.config import FinetuneConfig, parse_overrides
+from nanobert.cli.overrides import parse_overrides
+from nanobert.config import FinetuneConfig
 from nanobert.data.corpus import load_documents
 from nanobert.data.labelled import TaskSpec
 from nanobert.data.sources import DataSources

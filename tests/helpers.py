@@ -65,7 +65,7 @@ def train_tiny_checkpoint(
     Built as `nanobert pretrain --train corpus.txt --max-steps N --set TINY_SET` builds it, through the
     library functions behind that command.
     """
-    from nanobert.config import parse_overrides
+    from nanobert.cli.overrides import parse_overrides
     from nanobert.data.sources import DataSources
     from nanobert.pretraining.pretrain import pretrain
     from nanobert.pretraining.recipes import new_run_configs

@@ -1,6 +1,7 @@
 import pytest
 
-from nanobert.config import FinetuneConfig, parse_overrides
+from nanobert.cli.overrides import parse_overrides
+from nanobert.config import FinetuneConfig
 from nanobert.errors import NanobertError
 from nanobert.pretraining.recipes import PRESETS, build_configs, preset_configs
 

@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from nanobert.cli import build_parser
-from nanobert.config import parse_overrides
+from nanobert.cli.overrides import parse_overrides
 from nanobert.data.corpus import WIKITEXT_HF_NAMES
 from nanobert.errors import NanobertError
 from nanobert.objectives.registry import OBJECTIVES

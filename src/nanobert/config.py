@@ -3,15 +3,14 @@
 `ModelConfig` uses the field names of transformers' `configuration_bert.py` so a nanobert `config.json` reads
 like a BERT one and export is a rename, not a translation. `TrainConfig` holds everything about a run. A
 preset is a named pair of overrides for both; `--set key=value` overrides any single field of either, with
-the value parsed by the field's declared type (so typos and wrong types fail loudly, before any work).
+the value parsed by the field's declared type (cli/overrides.py: typos and wrong types fail loudly, before
+any work).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import types
-import typing
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,57 +191,61 @@ class TrainConfig:
                 "eval_batch_size",
                 "log_interval",
             ),
-            [
-                ("max_seq_len", self.max_seq_len >= 8, "at least 8"),
-                ("mask_prob", 0.0 < self.mask_prob < 1.0, "in (0, 1)"),
-                ("causal_fraction", 0.0 <= self.causal_fraction <= 1.0, "in [0, 1]"),
-                (
-                    "short_seq_len",
-                    self.short_seq_len is None or 8 <= self.short_seq_len < self.max_seq_len,
-                    f"at least 8 and below max_seq_len ({self.max_seq_len}), or None",
-                ),
-                ("short_seq_share", 0.0 <= self.short_seq_share < 1.0, "in [0, 1)"),
-                (
-                    "checkpoint_interval",
-                    self.checkpoint_interval is None or self.checkpoint_interval >= 1,
-                    "at least 1 (or None)",
-                ),
-                ("vocab_size", self.vocab_size > 5, "larger than the 5 special tokens"),
-                ("tokenizer_min_frequency", self.tokenizer_min_frequency >= 0, "0 or more"),
-                ("adam_beta1", 0.0 <= self.adam_beta1 < 1.0, "in [0, 1)"),
-                ("adam_beta2", 0.0 <= self.adam_beta2 < 1.0, "in [0, 1)"),
-                ("min_lr_ratio", 0.0 <= self.min_lr_ratio <= 1.0, "in [0, 1]"),
-                ("decay_ratio", 0.0 < self.decay_ratio <= 1.0, "in (0, 1]"),
-                (
-                    "early_stopping_patience",
-                    self.early_stopping_patience is None or self.early_stopping_patience >= 1,
-                    "at least 1 (or None)",
-                ),
-                ("best_margin", 0.0 <= self.best_margin < 1.0, "in [0, 1)"),
-                ("max_steps", self.max_steps is None or self.max_steps >= 1, "at least 1"),
-                ("epochs", self.epochs is None or 0 < self.epochs < math.inf, "positive and finite"),
-                (
-                    "time_budget",
-                    self.time_budget is None or 0 < self.time_budget < math.inf,
-                    "positive and finite",
-                ),
-                (
-                    "shallow_below_passes",
-                    self.shallow_below_passes is None or 0 < self.shallow_below_passes < math.inf,
-                    "positive and finite, or None",
-                ),
-                (
-                    "min_planned_steps",
-                    self.min_planned_steps is None or self.min_planned_steps >= 1,
-                    "at least 1, or None",
-                ),
-                (
-                    "device",
-                    self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
-                    "auto, cpu or cuda",
-                ),
-            ],
+            self._ranges(),
         )
+
+    def _ranges(self) -> list[tuple[str, bool, str]]:
+        """Each field with a range: (its name, whether its value is in it, the range as the error says it)."""
+        return [
+            ("max_seq_len", self.max_seq_len >= 8, "at least 8"),
+            ("mask_prob", 0.0 < self.mask_prob < 1.0, "in (0, 1)"),
+            ("causal_fraction", 0.0 <= self.causal_fraction <= 1.0, "in [0, 1]"),
+            (
+                "short_seq_len",
+                self.short_seq_len is None or 8 <= self.short_seq_len < self.max_seq_len,
+                f"at least 8 and below max_seq_len ({self.max_seq_len}), or None",
+            ),
+            ("short_seq_share", 0.0 <= self.short_seq_share < 1.0, "in [0, 1)"),
+            (
+                "checkpoint_interval",
+                self.checkpoint_interval is None or self.checkpoint_interval >= 1,
+                "at least 1 (or None)",
+            ),
+            ("vocab_size", self.vocab_size > 5, "larger than the 5 special tokens"),
+            ("tokenizer_min_frequency", self.tokenizer_min_frequency >= 0, "0 or more"),
+            ("adam_beta1", 0.0 <= self.adam_beta1 < 1.0, "in [0, 1)"),
+            ("adam_beta2", 0.0 <= self.adam_beta2 < 1.0, "in [0, 1)"),
+            ("min_lr_ratio", 0.0 <= self.min_lr_ratio <= 1.0, "in [0, 1]"),
+            ("decay_ratio", 0.0 < self.decay_ratio <= 1.0, "in (0, 1]"),
+            (
+                "early_stopping_patience",
+                self.early_stopping_patience is None or self.early_stopping_patience >= 1,
+                "at least 1 (or None)",
+            ),
+            ("best_margin", 0.0 <= self.best_margin < 1.0, "in [0, 1)"),
+            ("max_steps", self.max_steps is None or self.max_steps >= 1, "at least 1"),
+            ("epochs", self.epochs is None or 0 < self.epochs < math.inf, "positive and finite"),
+            (
+                "time_budget",
+                self.time_budget is None or 0 < self.time_budget < math.inf,
+                "positive and finite",
+            ),
+            (
+                "shallow_below_passes",
+                self.shallow_below_passes is None or 0 < self.shallow_below_passes < math.inf,
+                "positive and finite, or None",
+            ),
+            (
+                "min_planned_steps",
+                self.min_planned_steps is None or self.min_planned_steps >= 1,
+                "at least 1, or None",
+            ),
+            (
+                "device",
+                self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
+                "auto, cpu or cuda",
+            ),
+        ]
 
     def epoch_shape(self, progress: float) -> tuple[int, int]:
         """(window length, rows per batch) of an epoch that starts when `progress` of the run is done.
@@ -383,55 +386,6 @@ class QAConfig(FinetuneConfig):
         )
 
 
-def _parse_value(raw: str, annotation: Any, key: str) -> Any:
-    """Parse `raw` as a value of the field type `annotation` (int, float, bool, str, or X | None)."""
-    if isinstance(annotation, str):  # postponed annotations: resolve the few types used above
-        annotation = eval(annotation, {"Any": Any}, {})  # noqa: S307 - our own annotations only
-    args = typing.get_args(annotation)
-    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        if raw.lower() in ("none", "null"):
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _parse_value(raw, inner[0], key)
-    try:
-        if annotation is bool:
-            if raw.lower() in ("1", "true", "yes", "on"):
-                return True
-            if raw.lower() in ("0", "false", "no", "off"):
-                return False
-            raise ValueError
-        if annotation is int:
-            return int(raw)
-        if annotation is float:
-            return float(raw)
-    except ValueError:
-        raise NanobertError(f"--set {key}={raw}: expected {annotation.__name__}, got {raw!r}") from None
-    return raw
-
-
-def parse_overrides(pairs: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Parse `key=value` strings into (model overrides, train overrides), typed by the fields they name."""
-    model_fields = {f.name: f.type for f in dataclasses.fields(ModelConfig)}
-    train_fields = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
-    model_over: dict[str, Any] = {}
-    train_over: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise NanobertError(f"--set {pair!r}: expected key=value, e.g. --set learning_rate=3e-4")
-        # vocab_size is both a tokenizer (train) setting and a model field: it means the tokenizer size,
-        # and the model follows the trained tokenizer.
-        if key in train_fields:
-            train_over[key] = _parse_value(raw, train_fields[key], key)
-        elif key in model_fields:
-            model_over[key] = _parse_value(raw, model_fields[key], key)
-        else:
-            known = ", ".join(sorted(set(model_fields) | set(train_fields)))
-            raise NanobertError(f"--set: unknown key {key!r}; known keys: {known}")
-    return model_over, train_over
-
-
 def config_to_dict(cfg: Any) -> dict[str, Any]:
     """A plain dict of a config dataclass, for config.json."""
     return dataclasses.asdict(cfg)
@@ -474,5 +428,4 @@ __all__ = [
     "TrainConfig",
     "config_from_dict",
     "config_to_dict",
-    "parse_overrides",
 ]

@@ -12,7 +12,9 @@ from nanobert.cli.common import (
     print_json,
     run_dir,
 )
-from nanobert.config import parse_overrides  # config and recipes are plain Python: no torch at start-up
+
+# --set's parsing (over config) and the recipes are plain Python: no torch at start-up
+from nanobert.cli.overrides import parse_overrides
 from nanobert.errors import positive_int
 from nanobert.pretraining.recipes import PRESETS, new_run_configs
 
