@@ -67,6 +67,22 @@ def _truncated_bounds(len_a: int, len_b: int, max_num_tokens: int, rng: random.R
     return a_start, a_stop, b_start, b_stop
 
 
+def _random_b(docs: Documents, doc_index: int, target_b: int, rng: random.Random) -> list[int]:
+    """Sentence B of a NotNext pair: from a random sentence of another document on, to `target_b` tokens."""
+    # google retries up to 10 times and may still land on the same document; drawing from the other n-1
+    # indices is one draw and always different.
+    other = rng.randrange(len(docs) - 1)
+    if other >= doc_index:
+        other += 1
+    random_doc = docs[other]
+    tokens_b: list[int] = []
+    for sentence in random_doc[rng.randrange(len(random_doc)) :]:
+        tokens_b.extend(sentence)
+        if len(tokens_b) >= target_b:
+            break
+    return tokens_b
+
+
 def _instances_from_document(
     docs: Documents,
     doc_index: int,
@@ -95,20 +111,9 @@ def _instances_from_document(
         if i == len(document) - 1 or chunk_len >= target:
             a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
             tokens_a = [t for sentence in chunk[:a_end] for t in sentence]
-            tokens_b: list[int] = []
             if len(chunk) == 1 or rng.random() < random_next_prob:
                 label = NOT_NEXT
-                target_b = target - len(tokens_a)
-                # google retries up to 10 times and may still land on the same document; drawing from the
-                # other n-1 indices is one draw and always different.
-                other = rng.randrange(len(docs) - 1)
-                if other >= doc_index:
-                    other += 1
-                random_doc = docs[other]
-                for sentence in random_doc[rng.randrange(len(random_doc)) :]:
-                    tokens_b.extend(sentence)
-                    if len(tokens_b) >= target_b:
-                        break
+                tokens_b = _random_b(docs, doc_index, target - len(tokens_a), rng)
                 # The sentences after A were not used; put them back so they can start the next chunk.
                 i -= len(chunk) - a_end
             else:

@@ -232,6 +232,20 @@ def _tokenizer(
     return tokenizer, f"trained on the first {sample_words:,} words of the training split"
 
 
+def _checked_out_dir(out_dir: Path, overwrite: bool, data: str, valid: str | None) -> Path:
+    """`out_dir`, resolved, if a prepared corpus may be written there: new, or with `overwrite` an earlier
+    prepared corpus, and never the text it reads."""
+    if out_dir.exists() and not overwrite:
+        raise NanobertError(
+            f"{out_dir} already exists; pass --overwrite to replace it or choose another --out"
+        )
+    # The tokenizer may come from out_dir itself (it is read before out_dir is replaced); the text may not.
+    inputs = [p for p in (data, valid) if p is not None and Path(p).exists()]
+    return check_output_dir(
+        out_dir, overwrite, inputs, META_NAME, "prepared corpus", holds_prepared_corpus
+    ).resolve()
+
+
 def prepare_corpus(
     data: str,
     out_dir: str | Path,
@@ -251,16 +265,7 @@ def prepare_corpus(
     file (a WikiText directory brings its own). The directory appears only when complete (it is written
     beside it and renamed). Returns the contents of meta.json.
     """
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not overwrite:
-        raise NanobertError(
-            f"{out_dir} already exists; pass --overwrite to replace it or choose another --out"
-        )
-    # The tokenizer may come from out_dir itself (it is read before out_dir is replaced); the text may not.
-    inputs = [p for p in (data, valid) if p is not None and Path(p).exists()]
-    out_dir = check_output_dir(
-        out_dir, overwrite, inputs, META_NAME, "prepared corpus", holds_prepared_corpus
-    ).resolve()
+    out_dir = _checked_out_dir(Path(out_dir), overwrite, data, valid)
     if sample_words < 1:
         raise NanobertError(f"--tokenizer-sample-words must be at least 1, got {sample_words}")
     if tokenizer_dir is None:  # before reading a sample that may be millions of words

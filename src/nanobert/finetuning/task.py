@@ -147,6 +147,20 @@ def write_run_summary(
     return summary
 
 
+def _epochs_plan(cfg: FinetuneConfig, steps_per_epoch: int) -> Plan:
+    """`cfg.epochs` epochs with a dev evaluation at the end of each, and no resumable checkpoint."""
+    return Plan(
+        learning_rate=cfg.learning_rate,
+        warmup_ratio=cfg.warmup_ratio,
+        total_steps=cfg.epochs * steps_per_epoch,
+        grad_clip=cfg.grad_clip,
+        log_interval=cfg.log_interval,
+        eval_interval=steps_per_epoch,  # evaluate at the end of every epoch
+        checkpoint_interval=None,
+        resumable=False,
+    )
+
+
 def epoch_job(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -174,16 +188,7 @@ def epoch_job(
     )
     stream = ExampleStream(train, cfg.batch_size, cfg.seed)
     steps_per_epoch = stream.batches_per_epoch()
-    plan = Plan(
-        learning_rate=cfg.learning_rate,
-        warmup_ratio=cfg.warmup_ratio,
-        total_steps=cfg.epochs * steps_per_epoch,
-        grad_clip=cfg.grad_clip,
-        log_interval=cfg.log_interval,
-        eval_interval=steps_per_epoch,  # evaluate at the end of every epoch
-        checkpoint_interval=None,
-        resumable=False,
-    )
+    plan = _epochs_plan(cfg, steps_per_epoch)
     run = RunState()
 
     def evaluate_epoch() -> dict[str, float]:

@@ -26,7 +26,7 @@ from nanobert.data.labelled import (
     read_texts,
     regression_targets,
 )
-from nanobert.data.tables import Column, detect_format, read_table, write_table
+from nanobert.data.tables import Column, Table, detect_format, read_table, write_table
 from nanobert.device import autocast, autocast_dtype, evaluating, resolve_device
 from nanobert.errors import NanobertError
 from nanobert.files import check_output_file
@@ -175,36 +175,51 @@ def predict(
     texts_b = read_texts(table, text_pair_col) if text_pair_col is not None else None
     outputs = classify(model, tokenizer, config, texts_a, texts_b, batch_size)
 
-    task, labels = config["task"], config.get("labels")
-    if task == "regression":
-        values: list[list[Any]] = [[round(float(s), 6) for s in outputs[:, 0]]]
-    else:
-        probs = torch.softmax(torch.from_numpy(outputs), dim=-1).numpy()
-        values = [[labels[i] for i in probs.argmax(axis=1)]]
-        if table.format == "jsonl":  # one object of every label's probability
-            rows = [[round(float(p), 6) for p in row] for row in probs]
-            values.append([dict(zip(labels, row, strict=True)) for row in rows])
-        else:  # a column per label
-            values += [[f"{p:.6f}" for p in probs[:, i]] for i in range(len(labels))]
-    write_table(table, dict(zip(names, values, strict=True)), out)
+    write_table(table, dict(zip(names, _prediction_values(outputs, config, table.format), strict=True)), out)
 
-    result: dict[str, Any] = {"rows": len(table), "out": str(out) if out is not None else None, "task": task}
+    result: dict[str, Any] = {
+        "rows": len(table),
+        "out": str(out) if out is not None else None,
+        "task": config["task"],
+    }
     cut = count_cut(texts_a + (texts_b or []), int(config.get("max_seq_len", 128)))
     if cut:  # cut before tokenizing (encode_pairs): a command says so once
         result["texts_cut"] = cut
-    label_col = columns.get("label")
+    return {**result, **_scores(table, config, headerless, outputs)}
+
+
+def _prediction_values(outputs: np.ndarray, config: dict, fmt: str) -> list[list[Any]]:
+    """The new columns' values (`_prediction_columns`' order): the score (regression), or the label and each
+    label's probability (a column per label, or in JSONL one object)."""
+    task, labels = config["task"], config.get("labels")
+    if task == "regression":
+        return [[round(float(s), 6) for s in outputs[:, 0]]]
+    probs = torch.softmax(torch.from_numpy(outputs), dim=-1).numpy()
+    values = [[labels[i] for i in probs.argmax(axis=1)]]
+    if fmt == "jsonl":  # one object of every label's probability
+        rows = [[round(float(p), 6) for p in row] for row in probs]
+        values.append([dict(zip(labels, row, strict=True)) for row in rows])
+    else:  # a column per label
+        values += [[f"{p:.6f}" for p in probs[:, i]] for i in range(len(labels))]
+    return values
+
+
+def _scores(table: Table, config: dict, headerless: bool, outputs: np.ndarray) -> dict[str, Any]:
+    """{"metrics": ...} of the predictions when the input is labelled (all known labels), {"metrics_skipped":
+    why} when its labels cannot be scored, {} when it has no label column: then it is only predicted."""
+    task, labels, label_col = config["task"], config.get("labels"), config["columns"].get("label")
     same_kind = label_col is not None and isinstance(label_col, int) == headerless
-    if same_kind and table.column(label_col, required=False) is not None:
-        try:  # score the predictions when the input is labelled (all known labels); otherwise just predict
-            y = (
-                regression_targets(table, label_col)
-                if task == "regression"
-                else label_ids(table, label_col, labels, None)
-            )
-            result["metrics"] = compute_metrics(task, outputs, y)
-        except NanobertError as e:
-            result["metrics_skipped"] = str(e)
-    return result
+    if not same_kind or table.column(label_col, required=False) is None:
+        return {}
+    try:
+        y = (
+            regression_targets(table, label_col)
+            if task == "regression"
+            else label_ids(table, label_col, labels, None)
+        )
+        return {"metrics": compute_metrics(task, outputs, y)}
+    except NanobertError as e:
+        return {"metrics_skipped": str(e)}
 
 
 __all__ = ["Prediction", "classify", "model_outputs", "predict", "predict_texts", "split_outputs"]
