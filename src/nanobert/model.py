@@ -412,9 +412,9 @@ class BertForPreTraining(BertPreTrainedModel):
         """labels (B, T): the original token id at masked positions, -100 elsewhere.
         next_sentence_label (B,): 0 = B follows A, 1 = B is a random sentence.
         mlm_positions (N,): optional flat indices into B*T of the positions to decode (see
-        `pretraining_data.masked_positions`); without it they are found on the device, which costs a sync.
+        `data.masking.masked_positions`); without it they are found on the device, which costs a sync.
         query_positions (B, M): optional, with labels: [CLS] and the masked positions of each row (see
-        `pretraining_data.query_layout`), so the last layer computes only those; mlm_positions then index
+        `data.masking.query_layout`), so the last layer computes only those; mlm_positions then index
         into B*M. Same losses and logits, less work.
         return_logits=False (training, with labels): the MLM loss is computed in chunks without the (N, V)
         logits (`linear_cross_entropy`), and prediction_logits is None.
@@ -430,27 +430,13 @@ class BertForPreTraining(BertPreTrainedModel):
             query_positions,
         )
         h = enc.last_hidden_state  # (B, T, H), or (B, M, H) with query_positions
-        decoder_weight = self.bert.embeddings.word_embeddings.weight  # tied: (V, H)
         mlm_loss = nsp_loss = None
         if labels is not None:
             if query_positions is not None:
                 labels = labels.gather(1, query_positions)  # (B, M): -100 at [CLS] and padding slots
-            # Decode only the masked positions: the (H x V) projection is the largest matrix multiply in a
-            # small BERT, and ~85% of positions carry no label.
-            flat_labels = labels.reshape(-1)
-            if mlm_positions is None:
-                mlm_positions = (flat_labels != IGNORE_INDEX).nonzero().squeeze(1)
-            target = flat_labels.index_select(0, mlm_positions)  # (N,); -100 at padding slots
-            masked = h.reshape(-1, h.size(-1)).index_select(0, mlm_positions)  # (N, H)
-            if return_logits:
-                prediction_logits = self.mlm_head(masked, decoder_weight)  # (N, V)
-                # Sum over real targets, then divide, so a batch with no masked position gives 0, not NaN.
-                n_targets = (target != IGNORE_INDEX).sum().clamp(min=1)
-                mlm_loss = F.cross_entropy(prediction_logits.float(), target, reduction="sum") / n_targets
-            else:
-                prediction_logits, mlm_loss = None, self.mlm_head.loss(masked, decoder_weight, target)
+            prediction_logits, mlm_loss = self.masked_lm(h, labels, mlm_positions, return_logits)
         else:
-            prediction_logits = self.mlm_head(h, decoder_weight)  # (B, T, V)
+            prediction_logits = self.mlm_head(h, self.bert.embeddings.word_embeddings.weight)  # (B, T, V)
         seq_relationship_logits = self.nsp_head(enc.pooler_output)  # (B, 2)
         if next_sentence_label is not None:
             nsp_loss = F.cross_entropy(seq_relationship_logits.float(), next_sentence_label.reshape(-1))
@@ -467,6 +453,32 @@ class BertForPreTraining(BertPreTrainedModel):
             enc.hidden_states,
             enc.attentions,
         )
+
+    def masked_lm(
+        self,
+        h: torch.Tensor,
+        labels: torch.Tensor,
+        mlm_positions: torch.Tensor | None,
+        return_logits: bool,
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """The MLM head at the labelled positions only: (prediction_logits (N, V) or None, mlm_loss).
+
+        h (B, T, H) and labels (B, T), or both by query slot; mlm_positions as in `forward`."""
+        decoder_weight = self.bert.embeddings.word_embeddings.weight  # tied: (V, H)
+        # Decode only the masked positions: the (H x V) projection is the largest matrix multiply in a
+        # small BERT, and ~85% of positions carry no label.
+        flat_labels = labels.reshape(-1)
+        if mlm_positions is None:
+            mlm_positions = (flat_labels != IGNORE_INDEX).nonzero().squeeze(1)
+        target = flat_labels.index_select(0, mlm_positions)  # (N,); -100 at padding slots
+        masked = h.reshape(-1, h.size(-1)).index_select(0, mlm_positions)  # (N, H)
+        if not return_logits:
+            return None, self.mlm_head.loss(masked, decoder_weight, target)
+        prediction_logits = self.mlm_head(masked, decoder_weight)  # (N, V)
+        # Sum over real targets, then divide, so a batch with no masked position gives 0, not NaN.
+        n_targets = (target != IGNORE_INDEX).sum().clamp(min=1)
+        mlm_loss = F.cross_entropy(prediction_logits.float(), target, reduction="sum") / n_targets
+        return prediction_logits, mlm_loss
 
 
 @dataclass
