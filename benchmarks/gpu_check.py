@@ -62,35 +62,39 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import platform
-import re
-import shutil
 import signal
-import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+# gpu_check's parts, beside it in benchmarks/ (the folder a script runs from is on its import path)
+from gpu_items import (
+    BLIMP_PAIRS,
+    BY_NUMBER,
+    ITEMS,
+    MIN_CAP_S,
+    ROOT,
+    STEP_HEADER,
+    Context,
+    Item,
+    Step,
+)
+from gpu_report import JSON_NAME, Report, table_row
+from gpu_staging import check_staged, stage_data
+
 from nanobert.cli.overrides import parse_overrides
-from nanobert.config import ModelConfig, config_from_dict
 from nanobert.device import cpu_name
 from nanobert.errors import ArgumentParser, NanobertError, positive_int, run_script
 from nanobert.files import check_input_file
-from nanobert.pretraining.recipes import DEFAULT_BUDGET, build_configs
-from nanobert.use.blimp import read_blimp_file
+from nanobert.pretraining.recipes import build_configs
 
-ROOT = Path(__file__).resolve().parents[1]
-THROUGHPUT = ROOT / "benchmarks" / "throughput.py"
-JSON_NAME, TABLE_NAME = "gpu_check.json", "gpu_check.md"
 LOG_TAIL_BYTES = 1 << 20  # an item's log keeps its last MiB: the device returns files of at most 16 MiB
 
 # Dense bf16 peaks (TFLOP/s, no sparsity) by the vendor's datasheets, matched in this order against the
@@ -102,288 +106,6 @@ PEAK_BF16_TFLOPS = (
     ("H200", 989.0),
     ("A100", 312.0),
 )
-
-GPU_SHAPES = {
-    "base": ["--shape", "base", "--batch-size", "256", "--seq-len", "128"],
-    # the shape of the 1.09x measured in stop 33; more steps, since a step takes milliseconds
-    "mini": ["--shape", "mini", "--batch-size", "32", "--seq-len", "128", "--steps", "50", "--rounds", "5"],
-}
-# The dry run: tiny odd sizes, one short round, one thread (the test machine's cores are shared)
-CPU_SHAPE = ["--shape", "tiny", "--batch-size", "3", "--seq-len", "24", "--vocab-size", "99"]
-CPU_SHAPE += ["--steps", "2", "--rounds", "1", "--warmup", "1", "--dropout", "0", "--threads", "1"]
-DRY_CAP_S = 90.0  # each item of the CPU dry run (seconds of work at tiny shapes, on a busy 2-core machine)
-# The dry run's pretraining: the tiny preset for a few seconds, no timing of precisions
-DRY_PRETRAIN = ["--device", "cpu", "--preset", "tiny", "--time-budget", "4", "--set", "precision=fp32"]
-DRY_PRETRAIN += ["vocab_size=300", "batch_size=8", "max_seq_len=32", "eval_interval=20"]
-PRETRAIN_SECONDS = 180.0  # the issue's 3 minutes of training
-PRETRAIN_SETUP_S = 45.0  # imports, tokenizer, instances, final evaluation and saving a base checkpoint
-
-# Item 1, the first run. Its training has the CUDA first run's own budget; around it: imports, CUDA's start,
-# a tokenizer and NSP instances from 2.2M words (about 100 s on a busy 2-core CPU, mostly single-threaded
-# Python), the precision and depth timing, the evaluations during training, the final one and the saving.
-# (Not measured on a GPU yet: at this cap's end the run is stopped, and saves what it trained.)
-FIRST_RUN_SETUP_S = 100.0
-# The steps after training, each with its seconds (kept back from the steps before it; what a step leaves
-# goes to the next): `evaluate` reads and pairs 245k held-out words; BLiMP scores 6,700 pairs.
-FIRST_RUN_TAIL_S = {"cuda": {"evaluate": 35.0, "blimp": 45.0}, "cpu": {"evaluate": 40.0, "blimp": 30.0}}
-FIRST_RUN_CAP_S = DEFAULT_BUDGET["cuda"] + FIRST_RUN_SETUP_S + sum(FIRST_RUN_TAIL_S["cuda"].values())
-FIRST_RUN_DRY_CAP_S = 150.0  # the tiny preset's 4 s, with the setup, evaluation and BLiMP at CPU speed
-BLIMP_PAIRS = {"cuda": 100, "cpu": 2}  # per paradigm
-
-# The data folder item 1 reads (--data-dir), built by --stage-data: the device cannot see ../shared, so it
-# travels in the call's `carry`, which takes 64 MiB with the working tree (about 2.5 MiB today).
-STAGED_TRAIN, STAGED_TEST, STAGED_BLIMP = "train.raw", "wiki.test.raw", "blimp"
-CARRY_ROOM_MIB = 56.0
-
-
-@dataclass
-class Context:
-    """What every item's command and figures need: the checked arguments and where things go."""
-
-    device: str  # "cuda" or "cpu"
-    gpu: str | None  # the GPU's name
-    peak_tflops: float | None  # its dense bf16 peak; None: unknown (or the CPU)
-    data: Path | None
-    out: Path
-    work: Path  # scratch: throughput's JSON files, the pretraining runs (checkpoints stay off --out)
-    data_dir: Path | None = None  # --data-dir: item 1's staged data
-    pretrain_set: tuple[str, ...] = ()  # --pretrain-set: KEY=VALUE settings for item 5 on a GPU
-    python: str = sys.executable
-
-
-@dataclass(frozen=True)
-class Step:
-    """One command of an item. `stdout`: a file in the work folder for its standard output (the JSON its
-    figures read), else the output goes to the item's log with the standard error; `keep_s`: the seconds of
-    the item's cap kept back for the steps after this one."""
-
-    name: str
-    command: list[str]
-    stdout: str | None = None
-    keep_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class Item:
-    """One check: its steps (given the seconds the item may run), run in order, and the figures read from what
-    they wrote."""
-
-    number: int
-    name: str
-    title: str
-    cap_s: float  # on a GPU
-    dry_cap_s: float  # on the CPU
-    steps: Callable[[Context, float], list[Step]]
-    figures: Callable[[Context, str], dict]  # (ctx, the item's log) -> figures
-    needs_data: bool = False  # --data
-    needs_data_dir: bool = False  # --data-dir
-    needs_transformers: bool = False
-
-
-def one_step(name: str, command: Callable[[Context, float], list[str]]) -> Callable:
-    """The steps of an item that runs one command."""
-    return lambda ctx, cap: [Step(name, command(ctx, cap))]
-
-
-# --- the items ----------------------------------------------------------------------------------------------
-
-
-def throughput_item(number: int, name: str, title: str, cap_s: float, shape: str, *flags: str) -> Item:
-    """An item that runs throughput.py at `shape` (the GPU's, or the dry run's tiny one) with `flags`; its
-    figures are throughput.py's --json file, as far as it got."""
-    json_name = f"{name}.json"
-
-    def command(ctx: Context, cap: float) -> list[str]:
-        cmd = [ctx.python, str(THROUGHPUT), "--device", ctx.device, "--check-syncs", "--profile-steps", "3"]
-        cmd += ["--json", str(ctx.work / json_name)]
-        if ctx.device == "cuda":
-            cmd += [*GPU_SHAPES[shape], "--precision", "bf16", *flags]
-            return cmd + (["--peak-tflops", str(ctx.peak_tflops)] if ctx.peak_tflops else [])
-        return cmd + [*CPU_SHAPE, "--precision", "fp32", *flags, "--compile-backend", "eager"]
-
-    def figures(ctx: Context, log: str) -> dict:
-        try:
-            report = json.loads((ctx.work / json_name).read_text())
-        except (OSError, ValueError):
-            return {}
-        if ctx.device == "cuda" and not ctx.peak_tflops:  # throughput.py's default peak is not this GPU's
-            for side in report.get("sides", {}).values():
-                side["mfu"] = None
-        return report
-
-    steps = one_step("throughput", command)
-    return Item(number, name, title, cap_s, DRY_CAP_S, steps, figures, needs_transformers=True)
-
-
-def pretrain_command(ctx: Context, cap: float) -> list[str]:
-    run = ctx.work / "pretrain-run"
-    cmd = [ctx.python, "-m", "nanobert", "pretrain", "--train", str(ctx.data), "--out", str(run)]
-    cmd += ["--overwrite"]
-    if ctx.device == "cuda":
-        seconds = max(min(PRETRAIN_SECONDS, cap - PRETRAIN_SETUP_S), 10.0)
-        cmd += ["--device", "cuda", "--preset", "base", "--time-budget", f"{seconds:g}"]
-        return cmd + (["--set", *ctx.pretrain_set] if ctx.pretrain_set else [])
-    return cmd + DRY_PRETRAIN
-
-
-def pretrain_figures(ctx: Context, log: str) -> dict:
-    return run_figures(ctx, ctx.work / "pretrain-run")
-
-
-def read_json(path: Path) -> dict | None:
-    """The JSON object in `path`, or None where a step did not get to write it (or wrote something else)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def run_figures(ctx: Context, run: Path) -> dict:
-    """tokens/s, MFU and peak memory from a pretraining run's summary.json (absent when the run did not get
-    there)."""
-    summary = read_json(run / "summary.json")
-    if summary is None:
-        return {}
-    config = config_from_dict(ModelConfig, summary["model"])
-    seq_len, mask_prob = summary["train"]["max_seq_len"], summary["train"]["mask_prob"]
-    # per token of a full-length sequence: attention counted at max_seq_len (an upper bound for shorter ones)
-    flops_per_token = throughput_module().useful_flops(config, 1, seq_len, mask_prob * seq_len) / seq_len
-    rate = summary["tokens_per_s"]
-    steady = steady_tokens_per_s(run / "metrics.jsonl")
-    keep = ("tokens_per_s", "steps", "train_time_s", "wall_time_s", "stop_reason", "peak_gpu_memory_gib")
-    return {
-        **{k: summary.get(k) for k in keep},
-        "flops_per_token": flops_per_token,
-        "mfu": rate * flops_per_token / (ctx.peak_tflops * 1e12) if ctx.peak_tflops else None,
-        "steady_tokens_per_s": steady,
-        "steady_mfu": steady * flops_per_token / (ctx.peak_tflops * 1e12)
-        if steady and ctx.peak_tflops
-        else None,
-        "final": summary.get("final"),
-        "parameters": summary.get("parameters"),
-    }
-
-
-def throughput_module():
-    """benchmarks/throughput.py as a module (benchmarks/ is no package): its count of useful FLOPs."""
-    spec = importlib.util.spec_from_file_location("gpu_check_throughput", THROUGHPUT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def steady_tokens_per_s(metrics: Path) -> float | None:
-    """The median tokens/s of the training log windows in the run's second half (summary.json's rate counts
-    the first steps too, when the data pipeline and kernels start up); None without such windows."""
-    try:
-        records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError):
-        return None
-    rates = [r["tokens_per_s"] for r in records if r.get("split") == "train" and "tokens_per_s" in r]
-    return statistics.median(rates[len(rates) // 2 :]) if rates else None
-
-
-def first_run_steps(ctx: Context, cap: float) -> list[Step]:
-    """Item 1: the first run as a GPU user starts it (no option but the file and the output: the run chooses
-    its preset, precision, depth, batch and budget), then its best/ scored on the held-out file and BLiMP.
-    The dry run gives the first run the tiny shape for a few seconds instead."""
-    data, run, tail = ctx.data_dir, ctx.work / "first-run", FIRST_RUN_TAIL_S[ctx.device]
-    nanobert = [ctx.python, "-m", "nanobert"]
-    pretrain = [*nanobert, "pretrain", "--train", str(data / STAGED_TRAIN), "--out", str(run)]
-    if ctx.device == "cpu":
-        pretrain += DRY_PRETRAIN
-    evaluate = [*nanobert, "evaluate", str(run / "best"), "--valid", str(data / STAGED_TEST)]
-    blimp = [*nanobert, "blimp", str(run / "best"), "--data", str(data / STAGED_BLIMP)]
-    blimp += ["--limit", str(BLIMP_PAIRS[ctx.device]), "--json", "--quiet"]
-    return [
-        Step("pretrain", pretrain, keep_s=tail["evaluate"] + tail["blimp"]),
-        Step("evaluate", [*evaluate, "--device", ctx.device], "first-run-evaluate.json", tail["blimp"]),
-        Step("blimp", [*blimp, "--device", ctx.device], "first-run-blimp.json"),
-    ]
-
-
-# What the first run chose, from its summary.json: (figure, the config it is in, its field there)
-CHOICES = (
-    ("layers", "model", "num_hidden_layers"),
-    ("hidden_size", "model", "hidden_size"),
-    ("heads", "model", "num_attention_heads"),
-    ("intermediate_size", "model", "intermediate_size"),
-    ("vocab_size", "model", "vocab_size"),
-    ("batch_size", "train", "batch_size"),
-    ("grad_accum_steps", "train", "grad_accum_steps"),
-    ("learning_rate", "train", "learning_rate"),
-    ("max_seq_len", "train", "max_seq_len"),
-    ("time_budget", "train", "time_budget"),
-    ("compile", "train", "compile"),
-)
-
-
-def first_run_figures(ctx: Context, log: str) -> dict:
-    """Whatever item 1's steps got to: the run's figures (as item 5's) with what it chose (its configs and
-    its `nanobert:` lines), the held-out figures of `evaluate`, BLiMP's overall and per-field accuracy."""
-    run = ctx.work / "first-run"
-    figures = run_figures(ctx, run)
-    summary = read_json(run / "summary.json")
-    if summary is not None:
-        chose = {name: summary.get(part, {}).get(key) for name, part, key in CHOICES}
-        figures["chose"] = {"preset": summary.get("preset"), **chose}
-    said = [line.strip() for line in step_output(log, "pretrain").splitlines()]
-    if said := [line for line in said if line.startswith("nanobert: ")]:
-        figures["said"] = said
-    if (held_out := read_json(ctx.work / "first-run-evaluate.json")) is not None:
-        figures["held_out"] = held_out
-    if (blimp := read_json(ctx.work / "first-run-blimp.json")) is not None:
-        full = blimp.get("full", {})
-        keep = ("overall", "pairs", "ties", "fields", "phenomena")
-        figures["blimp"] = {**{k: full.get(k) for k in keep}, "rule": blimp.get("rule")}
-        figures["blimp"]["precision"] = blimp.get("precision")
-    return figures
-
-
-def pytest_command(ctx: Context, cap: float) -> list[str]:
-    """pytest -m cuda on the test files that mark tests `cuda` (collecting only those: quicker, and a module
-    whose optional dependency the device lacks cannot stop the run at collection)."""
-    tests = ROOT / "tests"
-    files = [str(p) for p in sorted(tests.glob("test_*.py")) if "pytest.mark.cuda" in p.read_text()]
-    return [
-        ctx.python,
-        "-m",
-        "pytest",
-        "-m",
-        "cuda",
-        "-p",
-        "no:cacheprovider",
-        "-rs",
-        *(files or [str(tests)]),
-    ]
-
-
-def pytest_figures(ctx: Context, log: str) -> dict:
-    """The counts of pytest's last summary line ("3 passed, 1 skipped, 950 deselected in 12.3s")."""
-    lines = [line for line in log.splitlines() if re.search(r"\b(passed|failed|skipped|error)", line)]
-    if not lines:
-        return {}
-    return {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", lines[-1])}
-
-
-ITEMS = (
-    Item(1, "first-run", "first run: pretrain with no options, evaluate, BLiMP",
-         FIRST_RUN_CAP_S, FIRST_RUN_DRY_CAP_S, first_run_steps, first_run_figures, needs_data_dir=True),
-    throughput_item(
-        2, "base-compiled", "BERT-base, bf16, torch.compile", 210, "base", "--compile", "--static-shapes"
-    ),
-    throughput_item(3, "base-eager", "BERT-base, bf16, eager", 60, "base"),
-    throughput_item(
-        4, "mini-graphs", "mini: nanobert in CUDA graphs, transformers compiled", 120, "mini", "--cuda-graphs"
-    ),
-    Item(5, "pretrain-base", "nanobert pretrain --preset base, 180 s", 225, DRY_CAP_S,
-         one_step("pretrain", pretrain_command), pretrain_figures, needs_data=True),
-    Item(6, "cuda-tests", "pytest -m cuda", 75, DRY_CAP_S, one_step("pytest", pytest_command),
-         pytest_figures),
-)  # fmt: skip
-BY_NUMBER = {item.number: item for item in ITEMS}
-MIN_CAP_S = {"cuda": 20.0, "cpu": 5.0}  # an item with less time left than this is skipped
 
 
 # --- running an item under its cap --------------------------------------------------------------------------
@@ -439,15 +161,6 @@ def _signal_group(pid: int, sig: int) -> None:
         pass
 
 
-STEP_HEADER = "== gpu_check step "  # the line in an item's log before each step's output
-
-
-def step_output(log: str, name: str) -> str:
-    """What the step `name` wrote to the item's log: from its header line to the next step's."""
-    parts = re.split(rf"^{re.escape(STEP_HEADER)}([^\s:]+).*$", log, flags=re.MULTILINE)
-    return "".join(text for step, text in zip(parts[1::2], parts[2::2], strict=True) if step == name)
-
-
 def trim_log(log: Path) -> str:
     """The log's text, cut to its last LOG_TAIL_BYTES on disk as well (what the device sends back)."""
     data = log.read_bytes()
@@ -462,153 +175,6 @@ def child_env() -> dict:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH")) if p)
     return env
-
-
-# --- the report ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Report:
-    """gpu_check.json and gpu_check.md, both rewritten whole at every `write`."""
-
-    out: Path
-    header: dict
-    items: list[dict] = field(default_factory=list)
-
-    def write(self) -> None:
-        data = {**self.header, "items": self.items}
-        for name, text in ((JSON_NAME, json.dumps(data, indent=1) + "\n"), (TABLE_NAME, self.markdown())):
-            part = self.out / (name + ".part")
-            part.write_text(text)
-            part.replace(self.out / name)
-
-    def markdown(self) -> str:
-        h = self.header
-        peak = f"{h['peak_tflops']:g} TFLOP/s dense bf16" if h["peak_tflops"] else h["peak_note"]
-        lines = [
-            f"Device: {h['device_name']} ({h['device']}); torch {h['torch']}, "
-            f"transformers {h['transformers']}; MFU against {peak}. Started {h['started']}.",
-            "",
-            "| # | item | status | s (cap) | nanobert tokens/s | transformers tokens/s | ratio "
-            "| nanobert MFU | transformers MFU | compile s (ours / theirs) | peak GiB (ours / theirs) "
-            "| notes |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        lines += [table_row(item) for item in self.items]
-        profiles = [line for item in self.items for line in profile_lines(item)]
-        if profiles:
-            lines += [
-                "",
-                "Where a step's time goes (torch.profiler, self time per step, after the timed rounds):",
-                "",
-            ]
-            lines += profiles
-        for item in self.items:
-            if said := (item.get("figures") or {}).get("said"):
-                lines += ["", f"What item {item['number']}'s run chose and said (its `nanobert:` lines):", ""]
-                lines += [f"- `{line}`" for line in said]
-        return "\n".join(lines) + "\n"
-
-
-def profile_lines(item: dict) -> list[str]:
-    """One line per side of a profiled throughput item: busy time against the step, the top operations."""
-    lines = []
-    for side, p in ((item.get("figures") or {}).get("profile") or {}).items():
-        top = ", ".join(f"`{op['name']}` {op['ms_per_step']:.2f}" for op in p["top"][:6])
-        lines.append(
-            f"- item {item['number']}, {side}: {p['clock']} busy {p['busy_ms_per_step']:.1f} ms of a "
-            f"{p['wall_ms_per_step']:.1f} ms step; top ms: {top}"
-        )
-    return lines
-
-
-def table_row(item: dict) -> str:
-    f = item.get("figures") or {}
-    cells = [
-        str(item["number"]),
-        item["title"],
-        item["status"],
-        f"{item.get('seconds', 0):.0f} ({item['cap_s']:.0f})",
-    ]
-    if "sides" in f:  # a throughput item
-        ours, theirs = f["sides"].get("nanobert", {}), f["sides"].get("transformers", {})
-        syncs = f.get("host_syncs")
-        notes = [f"{f.get('precision', '?')}", "CUDA graphs" if f.get("cuda_graphs") else ""]
-        if ours.get("round_ms"):
-            notes.append(f"nanobert's rounds {min(ours['round_ms']):.1f}-{max(ours['round_ms']):.1f} ms")
-        if syncs is not None:
-            notes.append("host syncs: " + (", ".join(f"{k} {v}" for k, v in syncs.items() if v) or "none"))
-        cells += [
-            _num(ours.get("tokens_per_s")),
-            _num(theirs.get("tokens_per_s")),
-            f"**{f['ratio']:.2f}x**" if f.get("ratio") else "-",
-            _pct(ours.get("mfu")),
-            _pct(theirs.get("mfu")),
-            f"{_sec(ours.get('compile_s'))} / {_sec(theirs.get('compile_s'))}",
-            f"{_gib(ours.get('peak_mem_gib'))} / {_gib(theirs.get('peak_mem_gib'))}",
-            "; ".join(n for n in notes if n),
-        ]
-    elif RUN_FIGURES & f.keys():  # a pretraining run, and what was measured on its checkpoint
-        mem = _gib(f.get("peak_gpu_memory_gib"))
-        cells += [_num(f.get("tokens_per_s")), "-", "-", _pct(f.get("mfu")), "-", "-", mem, run_notes(f)]
-    else:  # the tests, or an item that left no figures
-        counts = ", ".join(f"{n} {word}" for word, n in f.items()) or item.get("note", "")
-        cells += ["-"] * 7 + [counts]
-    if len(item.get("steps") or []) > 1:
-        steps = ", ".join(f"{s['name']} {s['status']} {s['seconds']:.0f} s" for s in item["steps"])
-        cells[-1] += f"; steps: {steps}"
-    return "| " + " | ".join(cells) + " |"
-
-
-RUN_FIGURES = {"tokens_per_s", "held_out", "blimp", "chose"}
-
-
-def run_notes(f: dict) -> str:
-    """The notes cell of a pretraining run: its length, the held-out figures, BLiMP and what it chose."""
-    notes = []
-    if "tokens_per_s" in f:
-        notes.append(f"{f.get('steps')} steps in {f.get('train_time_s')} s, {f.get('stop_reason')}")
-        final = f.get("final") or {}
-        if "mlm_accuracy" in final:
-            notes.append(f"final MLM accuracy {final['mlm_accuracy']:.3f}")
-        if f.get("steady_tokens_per_s"):
-            notes.append(
-                f"second half's log windows {_num(f['steady_tokens_per_s'])} tokens/s "
-                f"({_pct(f.get('steady_mfu'))} MFU)"
-            )
-    if held := f.get("held_out"):
-        notes.append(
-            f"wiki.test.raw: MLM accuracy {_frac(held.get('mlm_accuracy'))}, perplexity "
-            f"{_sec(held.get('mlm_perplexity'))}, NSP accuracy {_frac(held.get('nsp_accuracy'))}"
-        )
-    if blimp := f.get("blimp"):
-        notes.append(f"BLiMP {_pct(blimp.get('overall'))} of {_num(blimp.get('pairs'))} pairs")
-    if c := f.get("chose"):
-        notes.append(
-            f"chose: preset {c['preset']}, {c['layers']} layers x {c['hidden_size']}, batch {c['batch_size']}"
-            f" x {c['max_seq_len']}, learning rate {c['learning_rate']}"
-        )
-    return "; ".join(notes)
-
-
-def _num(x) -> str:
-    return f"{x:,.0f}" if isinstance(x, int | float) else "-"
-
-
-def _pct(x) -> str:
-    return f"{x:.1%}" if isinstance(x, int | float) else "n/a"
-
-
-def _sec(x) -> str:
-    return f"{x:.1f}" if isinstance(x, int | float) else "-"
-
-
-def _frac(x) -> str:
-    return f"{x:.3f}" if isinstance(x, int | float) else "-"
-
-
-def _gib(x) -> str:
-    return f"{x:.2f}" if isinstance(x, int | float) else "n/a"
 
 
 # --- arguments and the run ----------------------------------------------------------------------------------
@@ -721,59 +287,6 @@ def check_args(args: argparse.Namespace) -> Context:
 def numbers(items: list[Item], need: str) -> str:
     """The numbers of the items with the need `need` ("1" or "2,3,4"); "" for none."""
     return ",".join(str(item.number) for item in items if getattr(item, need))
-
-
-# --- item 1's data, staged for the device -------------------------------------------------------------------
-
-
-def check_staged(folder: Path) -> Path:
-    """`folder` if it holds what --stage-data writes, else a one-line NanobertError naming what is missing."""
-    for name in (STAGED_TRAIN, STAGED_TEST):
-        if not (folder / name).is_file():
-            raise NanobertError(f"--data-dir {folder}: no {name} there; build the folder with --stage-data")
-    if not any((folder / STAGED_BLIMP).glob("*.jsonl")):
-        raise NanobertError(
-            f"--data-dir {folder}: no {STAGED_BLIMP}/*.jsonl there; build it with --stage-data"
-        )
-    return folder
-
-
-def stage_data(folder: Path, train: Path, test: Path, blimp: Path, pairs: int) -> str:
-    """Write item 1's data into `folder`: `train` and `test` as train.raw and wiki.test.raw, and each BLiMP
-    paradigm of the folder `blimp` cut to its first `pairs` pairs (blimp/*.jsonl; any other .jsonl there is
-    removed). Everything is read and checked, and its size against the call's carry, before anything is
-    written. Returns the line that says what was written."""
-    train, test = check_input_file(train, "--train"), check_input_file(test, "--test")
-    paradigms = sorted(blimp.glob("*.jsonl")) if blimp.is_dir() else []
-    if not paradigms:
-        raise NanobertError(f"--blimp {blimp}: no .jsonl files there; give BLiMP's data/ folder")
-    cut = {}
-    for path in paradigms:
-        read_blimp_file(path, pairs)  # a file that is not BLiMP fails here, before anything is written
-        lines = [line for line in path.read_text(encoding="utf-8").splitlines(keepends=True) if line.strip()]
-        cut[path.name] = "".join(line if line.endswith("\n") else line + "\n" for line in lines[:pairs])
-    sizes = {
-        STAGED_TRAIN: train.stat().st_size,
-        STAGED_TEST: test.stat().st_size,
-        STAGED_BLIMP: sum(len(text.encode("utf-8")) for text in cut.values()),
-    }
-    total = sum(sizes.values()) / 2**20
-    if total > CARRY_ROOM_MIB:
-        raise NanobertError(
-            f"the staged data would be {total:.1f} MiB, over the {CARRY_ROOM_MIB:g} MiB a call carries"
-        )
-    (folder / STAGED_BLIMP).mkdir(parents=True, exist_ok=True)
-    for stale in (folder / STAGED_BLIMP).glob("*.jsonl"):
-        stale.unlink()
-    shutil.copyfile(train, folder / STAGED_TRAIN)
-    shutil.copyfile(test, folder / STAGED_TEST)
-    for name, text in cut.items():
-        (folder / STAGED_BLIMP / name).write_text(text, encoding="utf-8")
-    parts = ", ".join(f"{name} {size / 2**20:.1f} MiB" for name, size in sizes.items())
-    return (
-        f"gpu_check: staged {folder}: {parts} ({len(cut)} paradigms, at most {pairs} pairs each); "
-        f"{total:.1f} MiB to carry (name {folder} in the call's carry)"
-    )
 
 
 def item_cap(item: Item, args, ctx: Context) -> float:

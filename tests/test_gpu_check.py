@@ -12,6 +12,8 @@ import re
 import subprocess
 import sys
 
+import gpu_items  # gpu_check's parts, imported by name as gpu_check imports them (pyproject's pythonpath)
+import gpu_staging
 import pytest
 import torch
 from helpers import TINY_MODEL, write_corpus
@@ -377,7 +379,7 @@ def test_the_pretraining_figures_come_from_the_runs_summary(gpu_check, tmp_path)
     lines = [{"split": "train", "tokens_per_s": r} for r in (1.0, 2.0, 5e5, 8e5, 9e5)]
     (run / "metrics.jsonl").write_text("\n".join(map(json.dumps, [*lines, {"split": "valid"}])) + "\n")
     ctx = gpu_check.Context("cuda", "NVIDIA H100 80GB HBM3", 989.0, None, tmp_path, tmp_path)
-    f = gpu_check.pretrain_figures(ctx, "")
+    f = gpu_items.pretrain_figures(ctx, "")
     assert f["steady_tokens_per_s"] == 8e5 and f["peak_gpu_memory_gib"] == 3.5
     assert f["mfu"] == pytest.approx(1e6 * f["flops_per_token"] / 989e12)
     row = gpu_check.table_row(
@@ -388,8 +390,8 @@ def test_the_pretraining_figures_come_from_the_runs_summary(gpu_check, tmp_path)
 
 def test_pytest_counts_are_read_from_the_last_summary_line(gpu_check):
     log = "tests/test_gpu_check.py ..s\n3 passed, 1 skipped, 950 deselected in 12.30s\n"
-    assert gpu_check.pytest_figures(None, log) == {"passed": 3, "skipped": 1, "deselected": 950}
-    assert gpu_check.pytest_figures(None, "collected nothing\n") == {}
+    assert gpu_items.pytest_figures(None, log) == {"passed": 3, "skipped": 1, "deselected": 950}
+    assert gpu_items.pytest_figures(None, "collected nothing\n") == {}
 
 
 def test_each_step_of_an_item_brings_back_what_it_finished(gpu_check, tmp_path, monkeypatch):
@@ -408,7 +410,7 @@ def test_each_step_of_an_item_brings_back_what_it_finished(gpu_check, tmp_path, 
     ]
 
     def figures(ctx, log):
-        first = gpu_check.read_json(ctx.work / "first.json")
+        first = gpu_items.read_json(ctx.work / "first.json")
         return {"first": first, "steps logged": re.findall(r"^== gpu_check step (\w+)", log, re.MULTILINE)}
 
     items = (python_item(gpu_check, 1, "stepped", "", figures, steps),)
@@ -512,7 +514,7 @@ def test_staging_refuses_missing_data_before_writing(
 
 def test_staging_refuses_more_than_a_call_carries(gpu_check, tmp_path, monkeypatch, capsys):
     sources = fake_sources(tmp_path)
-    monkeypatch.setattr(gpu_check, "CARRY_ROOM_MIB", 0.001)
+    monkeypatch.setattr(gpu_staging, "CARRY_ROOM_MIB", 0.001)
     folder = tmp_path / "stage"
     code, line = run_main(gpu_check, "gpu_check.py", stage_args(sources, folder, 3), monkeypatch, capsys)
     assert code == 2 and "over the 0.001 MiB a call carries" in line and not folder.exists()
@@ -551,7 +553,7 @@ def test_the_first_run_refuses_missing_data_in_one_line(
 def test_the_first_run_on_a_gpu_passes_no_option_but_the_file_and_the_output(gpu_check, tmp_path):
     data, work = tmp_path / "data", tmp_path / "work"
     ctx = gpu_check.Context("cuda", "NVIDIA H200", 989.0, None, tmp_path, work, data_dir=data)
-    pretrain, evaluate, blimp = gpu_check.first_run_steps(ctx, gpu_check.FIRST_RUN_CAP_S)
+    pretrain, evaluate, blimp = gpu_items.first_run_steps(ctx, gpu_items.FIRST_RUN_CAP_S)
     run = work / "first-run"
     nanobert = [sys.executable, "-m", "nanobert"]
     assert pretrain.command == [*nanobert, "pretrain", "--train", str(data / "train.raw"), "--out", str(run)]
@@ -569,14 +571,14 @@ def test_the_first_run_on_a_gpu_passes_no_option_but_the_file_and_the_output(gpu
         "cuda",
     ]
     # training keeps back the seconds of the two steps after it, evaluation those of BLiMP
-    tail = gpu_check.FIRST_RUN_TAIL_S["cuda"]
+    tail = gpu_items.FIRST_RUN_TAIL_S["cuda"]
     assert (pretrain.keep_s, evaluate.keep_s, blimp.keep_s) == (
         tail["evaluate"] + tail["blimp"],
         tail["blimp"],
         0,
     )
     # the item's cap holds the run's own budget, its setup and the steps after it
-    assert gpu_check.FIRST_RUN_CAP_S - pretrain.keep_s == DEFAULT_BUDGET["cuda"] + gpu_check.FIRST_RUN_SETUP_S
+    assert gpu_items.FIRST_RUN_CAP_S - pretrain.keep_s == DEFAULT_BUDGET["cuda"] + gpu_items.FIRST_RUN_SETUP_S
 
 
 def test_the_two_call_plan_fits_the_device_limits(gpu_check):
