@@ -25,7 +25,7 @@ item's log beside them (item1.log ...), so a call stopped at its limit still ret
 table is printed last. `--items` picks some; an item's cap shrinks to what is left of --budget, and an item
 with too little left is skipped.
 
-MFU: useful FLOPs per token (throughput.py's count) times tokens/s, over the GPU's dense bf16 peak looked up
+MFU: useful FLOPs per token (flops.py's count) times tokens/s, over the GPU's dense bf16 peak looked up
 by its name (`PEAK_BF16_TFLOPS`; an unknown GPU gets no MFU, and the report says so).
 
 Item 1's data travels with the call, since the device cannot see ../shared: stage it once into the ignored

@@ -4,7 +4,6 @@ and the figures read from what they wrote; the caps and shapes on a GPU and in t
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import statistics
@@ -12,6 +11,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from flops import useful_flops
 
 from nanobert.config import ModelConfig, config_from_dict
 from nanobert.pretraining.recipes import DEFAULT_BUDGET
@@ -170,7 +171,7 @@ def run_figures(ctx: Context, run: Path) -> dict:
     config = config_from_dict(ModelConfig, summary["model"])
     seq_len, mask_prob = summary["train"]["max_seq_len"], summary["train"]["mask_prob"]
     # per token of a full-length sequence: attention counted at max_seq_len (an upper bound for shorter ones)
-    flops_per_token = throughput_module().useful_flops(config, 1, seq_len, mask_prob * seq_len) / seq_len
+    flops_per_token = useful_flops(config, 1, seq_len, mask_prob * seq_len) / seq_len
     rate = summary["tokens_per_s"]
     steady = steady_tokens_per_s(run / "metrics.jsonl")
     keep = ("tokens_per_s", "steps", "train_time_s", "wall_time_s", "stop_reason", "peak_gpu_memory_gib")
@@ -185,14 +186,6 @@ def run_figures(ctx: Context, run: Path) -> dict:
         "final": summary.get("final"),
         "parameters": summary.get("parameters"),
     }
-
-
-def throughput_module():
-    """benchmarks/throughput.py as a module (benchmarks/ is no package): its count of useful FLOPs."""
-    spec = importlib.util.spec_from_file_location("gpu_check_throughput", THROUGHPUT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def steady_tokens_per_s(metrics: Path) -> float | None:

@@ -47,8 +47,8 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import torch
-from torch.autograd import DeviceType
-from torch.utils._python_dispatch import TorchDispatchMode
+from flops import matmul_peak, useful_flops
+from step_profile import host_syncs, profile_steps, sync
 
 from nanobert.config import ModelConfig
 from nanobert.data.masking import masked_positions, query_layout
@@ -113,17 +113,6 @@ def make_batches(n: int, batch_size: int, seq_len: int, vocab_size: int, mask_pr
     return out
 
 
-def useful_flops(config: ModelConfig, batch_size: int, seq_len: int, n_masked: float) -> float:
-    """Training FLOPs (forward + backward = 3 x forward) of the work a BERT must do for one step."""
-    H, L, V, inter = config.hidden_size, config.num_hidden_layers, config.vocab_size, config.intermediate_size
-    tokens = batch_size * seq_len
-    per_layer_params = 4 * H * H + 2 * H * inter  # qkv + output projection + feed-forward (weights only)
-    encoder = 6 * L * per_layer_params * tokens + 6 * 2 * L * seq_len * H * tokens  # matmuls + QK^T and AV
-    mlm_head = 6 * (H * H + H * V) * n_masked  # transform + tied decoder, masked positions only
-    pooler_nsp = 6 * (H * H + 2 * H) * batch_size
-    return encoder + mlm_head + pooler_nsp
-
-
 def static_layout(batches: list[dict]) -> list[dict]:
     """The batches with one query width M and one masked count N for all of them, so every step has the
     same shapes (what CUDA graphs replay, and what keeps torch.compile from recompiling).
@@ -143,38 +132,6 @@ def static_layout(batches: list[dict]) -> list[dict]:
         mlm = torch.nn.functional.pad(mlm, (0, count - mlm.numel()))
         out.append({**b, "query_positions": query, "mlm_positions": mlm})
     return out
-
-
-class HostSyncs(TorchDispatchMode):
-    """Records the operations that make the host wait for the device (on CUDA: a sync inside the step, which
-    a CUDA graph cannot capture). Runs on any device: `_local_scalar_dense` is what `.item()`, `bool()`,
-    `int()` and `float()` of a tensor dispatch to, and the others have a data-dependent output shape."""
-
-    SYNCING = ("_local_scalar_dense", "nonzero", "masked_select", "unique", "repeat_interleave", "item")
-
-    def __init__(self):
-        super().__init__()
-        self.seen: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func._schema.name.split("::")[-1]
-        if name.startswith(self.SYNCING) or name.startswith("_unique"):
-            self.seen.append(name)
-        elif name.startswith("index") and any(_bool_tensors(a) for a in args):
-            self.seen.append(f"{name} with a boolean mask")  # x[mask]: its nonzero runs inside the kernel
-        return func(*args, **(kwargs or {}))
-
-
-def _bool_tensors(arg) -> bool:
-    items = arg if isinstance(arg, list | tuple) else [arg]
-    return any(isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in items)
-
-
-def host_syncs(fn) -> list[str]:
-    """The syncing operations `fn()` dispatches, forward, backward and optimizer alike (empty: graph-safe)."""
-    with HostSyncs() as mode:
-        fn()
-    return mode.seen
 
 
 class Side:
@@ -215,11 +172,6 @@ class Side:
         return out.loss.detach()
 
 
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
 def warm_up(sides, batches, n: int, device, clock=time.perf_counter, on_side=None) -> None:
     """n untimed steps per side, where compilation and CUDA-graph capture happen; each side's warmup_s.
     on_side() (the report) runs after each side, so a compile that outlasts a time limit still leaves the
@@ -253,42 +205,6 @@ def time_rounds(sides, batches, steps: int, rounds: int, device, clock=time.perf
                 side.peak_mem = max(side.peak_mem, torch.cuda.max_memory_allocated(device))
         if on_round is not None:
             on_round()
-
-
-def profile_steps(side, batches, n: int, device, top: int = 12) -> dict:
-    """Where `side`'s step spends its time: torch.profiler over `n` steps (after the timed rounds, so the
-    figures above are unaffected). The operations with the most self time on the device (CUDA) or the CPU,
-    in ms per step, and the step's wall time beside the device's busy time: a device busy for much less
-    than the step is waiting on the host (launch-bound)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    attr = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    sync(device)
-    start = time.perf_counter()
-    with profile(activities=activities) as prof:
-        for i in range(n):
-            side.step(batches[i % len(batches)])
-        sync(device)
-    wall = (time.perf_counter() - start) / n
-    # on CUDA the kernels themselves (an operator's row would count its kernels' time a second time)
-    on_device = device.type == "cuda"
-    events = [
-        e
-        for e in prof.key_averages()
-        if (e.device_type == DeviceType.CUDA) == on_device and getattr(e, attr) > 0
-    ]
-    events.sort(key=lambda e: getattr(e, attr), reverse=True)
-    return {
-        "steps": n,
-        "clock": "device" if device.type == "cuda" else "cpu",
-        "wall_ms_per_step": wall * 1e3,  # under the profiler: slower than the timed rounds
-        "busy_ms_per_step": sum(getattr(e, attr) for e in events) / 1e3 / n,
-        "top": [
-            {"name": e.key[:100], "ms_per_step": getattr(e, attr) / 1e3 / n, "calls_per_step": e.count / n}
-            for e in events[:top]
-        ],
-    }
 
 
 class Report:
@@ -508,19 +424,6 @@ def print_table(args, config, device, precision, sides, figures, flops_per_token
     where = "measured here" if device.type == "cpu" else "--peak-tflops"
     print(f"useful work {flops_per_token / 1e6:.1f} MFLOP/token; {precision} matmul peak ", end="")
     print(f"{peak / 1e12:.3f} TFLOP/s ({where})")
-
-
-def matmul_peak(dtype: torch.dtype | None, n: int = 2048, repeats: int = 8) -> float:
-    """FLOP/s of the best of a few (n x n) @ (n x n) products on the CPU in `dtype` (None = fp32)."""
-    a = torch.randn(n, n, dtype=dtype or torch.float32)
-    b = torch.randn(n, n, dtype=dtype or torch.float32)
-    a @ b  # warm-up
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - start)
-    return 2 * n**3 / best
 
 
 if __name__ == "__main__":
