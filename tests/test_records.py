@@ -152,7 +152,7 @@ def test_every_record_the_code_cites_exists():
     """Comments and docstrings keep a reason in a line and name the record behind it (DATE-NAME under
     benchmarks/records/); a renamed or missing record would leave the reason without its evidence."""
     cited = {}
-    for path in sorted((ROOT / "src" / "nanobert").glob("*.py")) + sorted((ROOT / "docs").glob("*.md")):
+    for path in sorted((ROOT / "src" / "nanobert").rglob("*.py")) + sorted((ROOT / "docs").glob("*.md")):
         for name in re.findall(r"\b(20\d\d-\d\d-\d\d-[a-z0-9]+(?:-[a-z0-9]+)*)", path.read_text()):
             cited.setdefault(name, path.name)
     assert cited, "no record cited at all: the pattern is wrong"
