@@ -258,7 +258,7 @@ def test_the_exported_causal_model_gives_the_same_scores(tmp_path, blimp_dir, be
 
 
 def test_the_cli_spells_the_library_constants():
-    """cli.py writes them out (it imports the library only when a command runs): they must not drift."""
+    """cli/use.py writes them out (it imports the library only when a command runs): they must not drift."""
     from nanobert.cli import build_parser
     from nanobert.use.scoring import DEFAULT_BATCH_TOKENS, MASKED_RULES
 

@@ -112,8 +112,8 @@ class TrainConfig:
 
     seed: int = 1337
     # mlm_nsp: BERT's masked words + next sentence; causal: GPT's next word (the same stack, causal
-    # attention); hybrid: both, on one head (GPT-BERT). A key of `objectives.OBJECTIVES`, which checks it
-    # (this floor cannot see that registry).
+    # attention); hybrid: both, on one head (GPT-BERT). A key of `objectives.registry.OBJECTIVES`, which
+    # checks it (config stands below the registry and cannot import it).
     objective: str = "mlm_nsp"
     causal_fraction: float = 1 / 16  # hybrid: the share of batches that are next-word (GPT-BERT's 1 in 16)
     # data
@@ -325,8 +325,9 @@ class FinetuneConfig:
     grad_clip: float = 1.0
     max_seq_len: int = 128  # tokens including [CLS]/[SEP]; longer inputs lose tokens from the longer side
     metric: str | None = None  # the dev metric that picks the best epoch; None = accuracy / pearson
-    # Task-adaptive pretraining (Gururangan et al. 2020, `adapt.py`): before fine-tuning, this many epochs of
-    # masked-LM (15%, 80/10/10) on the training file's own text, labels unused, from the checkpoint. 0 = off.
+    # Task-adaptive pretraining (Gururangan et al. 2020, `finetuning/adapt.py`): before fine-tuning, this many
+    # epochs of masked-LM (15%, 80/10/10) on the training file's own text, labels unused, from the checkpoint.
+    # 0 = off.
     adapt_epochs: int = 0
     adapt_learning_rate: float = 5e-4  # the CPU pretraining preset's peak is 1e-3; half of it, one group
     adapt_batch_size: int = 128  # rows per step; batches are length-bucketed, so short rows are cheap

@@ -1,7 +1,7 @@
 """Reading a run's files back: the records of metrics.jsonl and summary.json, also while the run writes them.
 
-What `run_log.py` writes, read back by the page (`serve.py`) and by a resumed run (`RunLog.continue_from`).
-Kept apart from the writer, so that a reader loads nothing of the training side.
+What `engine/run_log.py` writes, read back by the page (`serve/served.py`) and by a resumed run
+(`RunLog.continue_from`). Kept apart from the writer, so that a reader loads nothing of the training side.
 """
 
 from __future__ import annotations

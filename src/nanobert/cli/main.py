@@ -20,7 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="nanobert", description="Pretrain, inspect, fine-tune and export a from-scratch BERT."
     )
     try:
-        installed = version("nanobert")  # the package's own __init__ sits above the CLI's floor
+        installed = version("nanobert")  # not nanobert.__version__: __init__ stands above the CLI
     except PackageNotFoundError:  # run from a source tree that was never installed
         installed = "(not installed)"
     parser.add_argument("--version", action="version", version=f"nanobert {installed}")

@@ -22,7 +22,7 @@ from nanobert.pretraining.recipes import PRESETS, new_run_configs
 def _add_pretrain(sub) -> None:
     help = "train a BERT from scratch (MLM + NSP, the causal next-word objective, or both: hybrid)"
     p = command(sub, "pretrain", _cmd_pretrain, help)
-    p.add_argument(  # the names are objectives.OBJECTIVES' keys, checked there (importing it here is slow)
+    p.add_argument(  # OBJECTIVES' keys (objectives.registry), checked there; importing it here is slow
         "--objective",
         help="mlm_nsp (default): BERT's masked words + next sentence; causal: GPT's next word; "
         "hybrid: both on one head (GPT-BERT; --set causal_fraction=...)",

@@ -16,7 +16,7 @@ import torch
 
 @runtime_checkable
 class Feeder(Protocol):
-    """A source of training batches for `engine.fit`."""
+    """A source of training batches for `engine.loop.fit`."""
 
     def next(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """The next batch, on the host (the loop moves it to the device), and the data position after it

@@ -1,6 +1,6 @@
 """Fine-tuning data: labelled tables -> texts and labels -> token ids -> padded batches.
 
-A `TaskSpec` names the columns of a CSV/TSV/JSONL file (`tabular.py`) that hold the text(s) and the label.
+A `TaskSpec` names the columns of a CSV/TSV/JSONL file (`tables.py`) that hold the text(s) and the label.
 `load_split` reads and checks one file and encodes every example as `[CLS] A [SEP]` or
 `[CLS] A [SEP] B [SEP]` (`tokenizer.encode_pairs`); the train split fixes the label mapping (labels sorted,
 numerically when they are numbers, so ids do not depend on row order). `ExampleStream` feeds the training
@@ -167,7 +167,7 @@ def train_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.nda
 
 @dataclass
 class Split:
-    table: Table | None  # None for texts given in memory (`task_inference.classify`)
+    table: Table | None  # None for texts given in memory (`use.classifier.classify`)
     data: Encoded
     swapped: Encoded | None = None  # the pairs read the other way round (B-A), for a symmetric task
 

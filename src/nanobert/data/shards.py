@@ -169,12 +169,12 @@ class WindowedInstances:
     """Each epoch's NSP instances, built a window of documents at a time: memory bounded by the window.
 
     Epoch `e` shuffles the documents (seeded by `(seed, e)`) and cuts the order into windows of about
-    `window_tokens` tokens; `batches(e, w)` builds window `w`'s instances with google's per-document
-    algorithm (the random B may come from any document of the split), then shuffles and batches them with
-    `pretraining_data.batches`. Everything is a pure function of `(seed, epoch, window)`, so a resumed run
-    rebuilds exactly the window it stopped in. The same interface as `streams.CorpusInstances`.
-    `window_batches` and `check` are the objective's (`objectives.Objective`; by default MLM + NSP's): how a
-    window becomes batches, and the NanobertError raised at once for a split whose epochs give no batch.
+    `window_tokens` tokens; `batches(e, w)` builds window `w`'s instances with google's per-document algorithm
+    (the random B may come from any document of the split), then shuffles and batches them with `nsp.batches`.
+    Everything is a pure function of `(seed, epoch, window)`, so a resumed run rebuilds exactly the window it
+    stopped in. The same interface as `streams.CorpusInstances`. `window_batches` and `check` are the
+    objective's (`objectives.objective.Objective`; by default MLM + NSP's): how a window becomes batches, and
+    the NanobertError raised at once for a split whose epochs give no batch.
     """
 
     def __init__(

@@ -2,7 +2,7 @@
 (or, for the causal objective, next-word windows of the corpus).
 
 `BatchStream` walks a source of instance batches (an in-memory tokenized corpus, `CorpusInstances`, or a
-prepared corpus read a window at a time, `prepare.WindowedInstances`), masks each batch with the collator and
+prepared corpus read a window at a time, `shards.WindowedInstances`), masks each batch with the collator and
 adds the layout the model's last-layer pruning needs. Its position plus the collator's generator is all a
 resume needs. Under data parallelism every rank walks the same global batches and keeps its share
 (`shard_batch`). `Prefetcher` prepares batches on a thread while a GPU computes; `Synchronous` is the same
@@ -67,10 +67,10 @@ def add_query_layout(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 class CorpusInstances:
     """A tokenized corpus held in memory; each epoch is one window holding all of it.
 
-    The in-memory twin of `prepare.WindowedInstances` (same interface), for corpora that fit in RAM.
-    `corpus_batches` and `check` are the objective's (`objectives.Objective`; by default MLM + NSP's): how an
-    epoch is cut into batches of instances, and the NanobertError raised at once for a corpus whose epochs
-    would give no batch.
+    The in-memory twin of `shards.WindowedInstances` (same interface), for corpora that fit in RAM.
+    `corpus_batches` and `check` are the objective's (`objectives.objective.Objective`; by default MLM +
+    NSP's): how an epoch is cut into batches of instances, and the NanobertError raised at once for a corpus
+    whose epochs would give no batch.
     """
 
     def __init__(

@@ -48,7 +48,7 @@ class Plan:
     total_steps: int | None = None
     time_budget: float | None = None  # seconds; the schedule then follows elapsed time
     min_lr_ratio: float = 0.0
-    decay_ratio: float = 1.0  # the share of the run the decay spans, at its end (`optim.lr_multiplier`)
+    decay_ratio: float = 1.0  # the share of the run the decay spans, at its end (`optimizer.lr_multiplier`)
     grad_accum_steps: int = 1
     grad_clip: float = 1.0
     log_interval: int = 20

@@ -1,10 +1,10 @@
 """What a run writes besides checkpoints: metrics.jsonl, progress on stderr, summary.json, and the guard that
 keeps two runs out of one output directory.
 
-Reading a run's files back is `run_files.py`'s (the browser page reads them without loading this module).
-Every job (pretraining, fine-tuning) logs through `RunLog` and checks its `--out` with `prepare_out_dir`, so
-they share one file format (one JSON object per line with a `split` and a `step`) and one rule for reusing a
-directory: never mix two runs, never delete anything before that check.
+Reading a run's files back is `checkpoints/run_files.py`'s (the browser page reads them without loading this
+module). Every job (pretraining, fine-tuning) logs through `RunLog` and checks its `--out` with
+`prepare_out_dir`, so they share one file format (one JSON object per line with a `split` and a `step`) and
+one rule for reusing a directory: never mix two runs, never delete anything before that check.
 """
 
 from __future__ import annotations

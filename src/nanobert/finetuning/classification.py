@@ -7,13 +7,13 @@ regression), AdamW with linear warmup and decay, a few epochs, and the epoch wit
 `from_scratch=True` trains the same architecture from random initialisation (same tokenizer, same head init,
 same budget), which is the control that shows what pretraining bought.
 
-`finetune()` runs a `ClassifierTask` (data from `finetune_data.py`, the classifier) with the one fine-tuning
-job (`tuning.run_task`: setup, the loop every job shares, evaluating on dev at the end of each epoch, and a
+`finetune()` runs a `ClassifierTask` (data from `data/labelled.py`, the classifier) with the one fine-tuning
+job (`task.run_task`: setup, the loop every job shares, evaluating on dev at the end of each epoch, and a
 summary). A run directory holds `best/` (a
 checkpoint of kind "sequence_classification" whose config.json also carries the label mapping, task and
 columns), `metrics.jsonl` (train logs and one dev record per epoch) and `summary.json`.
 `checkpoint.load_finetuned` reads `best/` back; `predict` labels a file with it and `predict_texts` texts in
-memory (both in `task_inference.py`, the inference side, re-exported here).
+memory (both in `use/classifier.py`, the inference side, re-exported here).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def build_classifier(
 ) -> BertForSequenceClassification:
     """A BertForSequenceClassification shaped like `pretrained`, holding its encoder unless `from_scratch`
     (the pooler too, unless `fresh_pooler`; the head is seeded the same way either way, and dropout is the
-    fine-tuning run's: `tuning.with_encoder`)."""
+    fine-tuning run's: `task.with_encoder`)."""
     head = lambda config: BertForSequenceClassification(config, num_labels, task)  # noqa: E731
     return with_encoder(pretrained, head, from_scratch, seed, dropout, fresh_pooler)
 
@@ -109,7 +109,7 @@ def finetune(
 
 
 class ClassifierTask(Task):
-    """Sentence(-pair) classification or regression (`spec.task`) as a `tuning.Task`: the table reader, the
+    """Sentence(-pair) classification or regression (`spec.task`) as a `task.Task`: the table reader, the
     classifier head, cross-entropy (or squared error), the dev metric, and the label mapping in best/."""
 
     digits = 4

@@ -1,15 +1,15 @@
 """Extractive question answering: fine-tune on SQuAD, predict a file's answers, answer one question.
 
-Follows section 4.2 of Devlin et al. (2019) and google-research/bert `run_squad.py`: a start and an end
-score per word piece (`BertForQuestionAnswering`, transformers' `qa_outputs`), cross-entropy on the gold
-start and end (the mean of the two), AdamW with linear warmup and decay, the epoch with the best dev F1 kept.
-Data, windows and decoding are in `qa_data.py`; exact match and F1 are SQuAD's own (`metrics.squad_scores`),
-by the official v1.1 script's rules for v1.1 data and the 2.0 script's for 2.0 data.
+Follows section 4.2 of Devlin et al. (2019) and google-research/bert `run_squad.py`: a start and an end score
+per word piece (`BertForQuestionAnswering`, transformers' `qa_outputs`), cross-entropy on the gold start and
+end (the mean of the two), AdamW with linear warmup and decay, the epoch with the best dev F1 kept. Data,
+windows and decoding are in `data/squad.py`; exact match and F1 are SQuAD's own (`metrics.squad_scores`), by
+the official v1.1 script's rules for v1.1 data and the 2.0 script's for 2.0 data.
 
-`finetune_qa()` is setup, the loop every job runs (via `tuning.epoch_job`), and a summary; it scores the dev
+`finetune_qa()` is setup, the loop every job runs (via `task.epoch_job`), and a summary; it scores the dev
 questions after each epoch with `QAModel`. `QAModel` (from `load_qa_model`) answers: `predict(examples)` for a
 whole SQuAD file (what `nanobert predict` writes, the official `{question id: answer text}` file) and
-`answer(question, context)` for one question (`nanobert answer`); it lives in `qa_inference.py`, the inference
+`answer(question, context)` for one question (`nanobert answer`); it lives in `use/answers.py`, the inference
 side, and is re-exported here. Dev evaluation packs windows into length-sorted batches, so little goes to
 padding.
 """
@@ -70,7 +70,7 @@ def finetune_qa(
 
 
 class QATask(Task):
-    """Extractive question answering as a `tuning.Task`: SQuAD's reader and windows, the span head, the mean
+    """Extractive question answering as a `task.Task`: SQuAD's reader and windows, the span head, the mean
     of the start and end cross-entropies, SQuAD's exact match and F1 on the dev answers, and the best epoch's
     dev answers in predictions.json."""
 

@@ -3,9 +3,9 @@ control), the start of the run (device, output directory, seeds), the loop's set
 examples with a dev evaluation after each epoch and the best epoch saved as best/, the record of the best
 epoch's test scores, and the part of summary.json every task writes.
 
-`finetune.py` (classification and regression) and `qa.py` (extractive question answering) differ only in
+`classification.py` (classification and regression) and `qa.py` (extractive question answering) differ only in
 their head, their data, their loss, their dev metric and their summary: each is a `Task`, and `run_task` is
-the one job that runs either, in one order of steps around the loop every job runs (`engine.fit`).
+the one job that runs either, in one order of steps around the loop every job runs (`engine.loop.fit`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 accuracy, or a causal model's next-word loss, accuracy and perplexity.
 
 The protocol (fixed batches, standard masking, per-token figures over the whole split) is `held_out.py`'s;
-which batches and metrics belong to a model is its objective's (`objectives.OBJECTIVES`). Which documents are
+which batches and metrics belong to a model is its objective's (`registry.OBJECTIVES`). Which documents are
 held out is decided by the run's `DataSources` (sources.py), for the run's own evaluations and for
 `nanobert evaluate` alike.
 """

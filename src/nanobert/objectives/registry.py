@@ -37,7 +37,7 @@ def objective_of(cfg: TrainConfig, model_config: ModelConfig | None = None) -> O
 
 
 def objective_of_kind(kind: str, directory: Any, wanted: str = "a pretrained language model") -> Objective:
-    """The objective whose checkpoints are of `kind`; else `checkpoint.wrong_kind`'s one-line error."""
+    """The objective whose checkpoints are of `kind`; else `kinds.wrong_kind`'s one-line error."""
     for objective in OBJECTIVES.values():
         if objective.kind == kind:
             return objective

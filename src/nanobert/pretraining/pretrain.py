@@ -1,10 +1,10 @@
 """Pretraining with masked-LM + next-sentence prediction (or, with `objective="causal"`, GPT's next-word
 task on the same stack): the job behind `nanobert pretrain`.
 
-Follows nanoGPT's train.py and litgpt's pretrain.py: `pretrain()` is setup (data, tokenizer, model,
-optimizer, batch stream), the shared loop (`engine.fit`), and a summary. The loop is the one every job runs;
-what is particular to pretraining is handed to it: the objective's loss and held-out evaluation
-(`OBJECTIVES`), and checkpoints that carry everything a resume needs.
+Follows nanoGPT's train.py and litgpt's pretrain.py: `pretrain()` is setup (data, tokenizer, model, optimizer,
+batch stream), the shared loop (`engine.loop.fit`), and a summary. The loop is the one every job runs; what is
+particular to pretraining is handed to it: the objective's loss and held-out evaluation (`OBJECTIVES`), and
+checkpoints that carry everything a resume needs.
 
 Reproducibility: everything random flows from `seed`: the model init and dropout (torch's global RNG), the
 NSP instances and batch order (pure functions of (seed, epoch)), and the masking (the collator's own
@@ -83,7 +83,7 @@ class _Setup:
     counts: tuple[int, int]  # training documents and sentences
     resume: Path | None = None
     resume_state: dict | None = None
-    size_note: str | None = None  # how the run chose its size (`depth.choose_size`)
+    size_note: str | None = None  # how the run chose its size (`size_rule.choose_size`)
 
 
 def pretrain(

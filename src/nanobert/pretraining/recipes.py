@@ -8,9 +8,9 @@ every other choice in one place, and its log says each one:
   on a GPU `wikitext2-gpu`, its start at a batch that keeps a GPU busy;
 - **the length**: `DEFAULT_BUDGET` seconds (about 15 minutes on a laptop CPU, 3 on a GPU);
 - **the depth** (CPU recipe): half the layers where the plan gives four fewer than `DEPTH_PASSES` passes over
-  the corpus, a step timed on this machine (`depth.choose_depth`);
+  the corpus, a step timed on this machine (`size_rule.choose_depth`);
 - **the shape** (GPU recipe): the largest of `GPU_SHAPES` whose step, timed on the device, leaves
-  `GPU_MIN_STEPS` steps in the budget (`depth.choose_shape`);
+  `GPU_MIN_STEPS` steps in the budget (`size_rule.choose_shape`);
 - **the precision**: fp32 or bf16 autocast, whichever a timed step says is faster here
   (`device.choose_precision`; bf16 on a GPU).
 

@@ -11,7 +11,7 @@ the same one the CLI command makes, so the page shows the CLI's numbers:
     POST /api/explain     InferenceModel.explain       (nanobert explain --json)
     POST /api/score       InferenceModel.score         (nanobert score --json)
     POST /api/generate    InferenceModel.generate      (nanobert generate --json)
-    POST /api/classify    task_inference.classify      (nanobert predict)
+    POST /api/classify    classifier.classify          (nanobert predict)
     POST /api/answer      QAModel.answer               (nanobert answer --json)
     GET  /api/info        what was loaded: the checkpoint's kind, shape and the panels that fit it
     GET  /api/run         a run directory's metrics.jsonl records and summary.json (null while it runs)

@@ -1,11 +1,11 @@
 """A fine-tuned question-answering model at work: answers to one question, and to a SQuAD file's questions.
 
-The inference side of `qa.py` (section 4.2 of Devlin et al. 2019, google-research/bert `run_squad.py`):
-`QAModel` (from `load_qa_model`) windows each context as the model was trained, scores a start and an end
-per word piece in length-sorted batches, and decodes the best span (`qa_data.best_answers`); `answer` is one
-question (`nanobert answer`, the page's answer panel), `predict` a whole SQuAD file (`nanobert predict` writes
-the official `{question id: answer text}` file with `predict_qa`). It imports nothing of the training side, so
-the page that serves a QA model loads no trainer.
+The inference side of `finetuning/qa.py` (section 4.2 of Devlin et al. 2019, google-research/bert
+`run_squad.py`): `QAModel` (from `load_qa_model`) windows each context as the model was trained, scores a
+start and an end per word piece in length-sorted batches, and decodes the best span (`squad.best_answers`);
+`answer` is one question (`nanobert answer`, the page's answer panel), `predict` a whole SQuAD file (`nanobert
+predict` writes the official `{question id: answer text}` file with `predict_qa`). It imports nothing of the
+training side, so the page that serves a QA model loads no trainer.
 """
 
 from __future__ import annotations

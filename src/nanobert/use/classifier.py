@@ -1,10 +1,10 @@
 """A fine-tuned classifier (or regressor) at work: its outputs for texts, labels for texts and for a file.
 
-The inference side of `finetune.py`: what `nanobert predict` (a table's rows), `predict_texts` (texts in
-memory) and the browser page's label panel call, and the dev evaluation of a fine-tuning run. Texts are
-encoded as the model was trained (`[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`, its own max_seq_len) and run in
-the precision it was trained in, in length-sorted batches. It imports nothing of the training side, so the
-page that serves a classifier loads no trainer.
+The inference side of `finetuning/classification.py`: what `nanobert predict` (a table's rows),
+`predict_texts` (texts in memory) and the browser page's label panel call, and the dev evaluation of a
+fine-tuning run. Texts are encoded as the model was trained (`[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`, its
+own max_seq_len) and run in the precision it was trained in, in length-sorted batches. It imports nothing of
+the training side, so the page that serves a classifier loads no trainer.
 """
 
 from __future__ import annotations

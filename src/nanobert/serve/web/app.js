@@ -1,4 +1,4 @@
-// nanobert's page: every panel posts its form to the JSON API (serve.py) and draws the answer.
+// nanobert's page: every panel posts its form to the JSON API (serve/app.py) and draws the answer.
 // Plain DOM, canvas and SVG; nothing is fetched from outside the server.
 "use strict";
 
