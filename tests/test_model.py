@@ -189,6 +189,49 @@ def test_mimetic_attention_starts_with_keys_equal_to_queries_and_local_attention
     assert uniform.diagonal().mean().item() < 2 * uniform.mean().item()  # BERT's init: near uniform
 
 
+def test_roles_attention_gives_half_the_heads_positions_and_half_the_words(tiny_config):
+    """attention_init="roles": the position and segment rows start in the first half of the dimensions, the
+    first half of the heads score only that half (where a token is) and the others only the second (what it
+    is), keys equal to queries; so at step 0 a "what" head attends to the same word in the other segment far
+    above chance, and a "where" head to the neighbours, as mimetic heads do."""
+    cfg = dataclasses.replace(
+        tiny_config,
+        attention_init="roles",
+        position_embedding_init="sinusoidal",
+        position_embedding_scale=3.0,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    model = BertForPreTraining(cfg).eval()
+    H, nh, half = cfg.hidden_size, cfg.num_attention_heads, cfg.hidden_size // 2
+    emb = model.bert.embeddings
+    assert emb.position_embeddings.weight[:, half:].abs().max() == 0
+    assert emb.token_type_embeddings.weight[:, half:].abs().max() == 0
+    assert emb.token_type_embeddings.weight[:, :half].abs().min() > 0
+    head_dim = H // nh
+    for layer in model.bert.layers:
+        w = layer.attention.qkv.weight
+        assert torch.equal(w[:H], w[H : 2 * H])
+        for h in range(nh):
+            rows = w[h * head_dim : (h + 1) * head_dim]
+            unread = rows[:, half:] if h < nh // 2 else rows[:, :half]
+            assert unread.abs().max() == 0 and rows.abs().max() > 0, h
+    # A sentence and its shuffle as segments A and B: where does each word of B look in A?
+    torch.manual_seed(1)
+    a = torch.randperm(cfg.vocab_size - 5)[:20] + 5
+    b = a[torch.randperm(20)]
+    ids = torch.cat([a, b]).unsqueeze(0)
+    segments = torch.cat([torch.zeros(20), torch.ones(20)]).long().unsqueeze(0)
+    probs = model.bert(ids, segments, output_attentions=True).attentions[0][0]  # (nh, T, T)
+    same_word = (b.unsqueeze(1) == a.unsqueeze(0)).float()  # (20 in B, 20 in A)
+    on_same = (probs[:, 20:, :20] * same_word).sum((-2, -1)) / 20  # per head: B's attention on its word in A
+    chance = 1 / 40
+    assert on_same[nh // 2 :].min() > 3 * chance, on_same
+    assert on_same[: nh // 2].max() < 2 * chance, on_same
+    where = probs[: nh // 2].mean(0)
+    assert where.diagonal(0).mean() > where.diagonal(1).mean() > 2 * where.diagonal(15).mean()
+
+
 def test_pre_layer_norm_runs_and_differs(tiny_config):
     cfg = dataclasses.replace(tiny_config, pre_layer_norm=True)
     model = BertForPreTraining(cfg).eval()
@@ -233,6 +276,8 @@ def test_presets_have_4x_intermediate():
         dict(position_embedding_scale=0.0),
         dict(attention_init="identity"),
         dict(mimetic_score=0.0),
+        dict(attention_init="roles", num_attention_heads=1),
+        dict(attention_init="roles", hidden_size=33, num_attention_heads=3),
     ],
 )
 def test_config_validation(tiny_config, bad):

@@ -48,7 +48,10 @@ class ModelConfig:
     # "mimetic": each head's key projection starts as a copy of its query projection (Trockman & Kolter 2023,
     # "Mimetic Initialization of Self-Attention Layers"), so from step 0 a token attends to the tokens most
     # like it: itself and, through the position rows, its neighbours. The frequent-words plateau is the time
-    # random attention takes to find the neighbours. "normal" is BERT's init.
+    # random attention takes to find the neighbours. "roles": mimetic, with the first half of the heads
+    # reading only where a token is (the position and segment rows start in the first half of the
+    # dimensions) and the other half only what it is (the token rows' second half): those heads attend to
+    # the same word wherever it is, in either segment. "normal" is BERT's init.
     attention_init: str = "normal"
     # mimetic: the attention score (q.k / sqrt(head size)) of a token with itself at step 0, on average
     mimetic_score: float = 8.0
@@ -86,9 +89,15 @@ class ModelConfig:
                 f"model config: position_embedding_init {self.position_embedding_init!r} is not one of "
                 "'normal', 'sinusoidal'"
             )
-        if self.attention_init not in ("normal", "mimetic"):
+        if self.attention_init not in ("normal", "mimetic", "roles"):
             raise NanobertError(
-                f"model config: attention_init {self.attention_init!r} is not one of 'normal', 'mimetic'"
+                f"model config: attention_init {self.attention_init!r} is not one of 'normal', 'mimetic', "
+                "'roles'"
+            )
+        if self.attention_init == "roles" and (self.num_attention_heads < 2 or self.hidden_size % 2):
+            raise NanobertError(
+                "model config: attention_init 'roles' needs at least two heads and an even hidden_size "
+                "(half the heads read positions, half read words)"
             )
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise NanobertError(f"model config: pad_token_id {self.pad_token_id} is outside the vocabulary")

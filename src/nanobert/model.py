@@ -365,6 +365,42 @@ def mimetic_init(qkv: nn.Linear, num_heads: int, self_score: float) -> None:
     qkv.weight[H : 2 * H] = w_q
 
 
+@torch.no_grad()
+def roles_init(embeddings: Embeddings, layers: nn.ModuleList, config: ModelConfig) -> None:
+    """Mimetic attention with a role per head: the first half of the heads reads only where a token is, the
+    other half only what it is.
+
+    The position and segment rows start in the first half of the dimensions (the token rows fill all), and
+    each head's query (= key) projection reads one half: a "where" head scores positions, so it attends to
+    the neighbours as `mimetic_init` does; a "what" head scores the token rows alone, so from step 0 a word
+    attends to itself and to the same word anywhere in the pair, the lexical overlap that tells two
+    sentences of one text from two of different texts. Each head's scale is set from its half's spread after
+    the first LayerNorm, so that a token's score with itself averages `mimetic_score`.
+    """
+    H, nh, r = config.hidden_size, config.num_attention_heads, config.initializer_range
+    half, head_dim = H // 2, H // nh
+    for table in (embeddings.position_embeddings.weight, embeddings.token_type_embeddings.weight):
+        table[:, half:] = 0.0
+    # Variance per dimension before the LayerNorm: token r^2 everywhere; position (r x scale)^2 and segment
+    # r^2 in the first half only. The LayerNorm divides by the mean of the two halves.
+    where_var = r**2 * (2.0 + config.position_embedding_scale**2)
+    what_var = r**2
+    mean_var = (where_var + what_var) / 2
+    for layer in layers:
+        qkv = layer.attention.qkv
+        qkv.weight[: 2 * H] = 0.0
+        w_q = torch.zeros(H, H, device=qkv.weight.device)
+        for h in range(nh):
+            cols = slice(0, half) if h < nh // 2 else slice(half, H)
+            var = (where_var if h < nh // 2 else what_var) / mean_var  # the half's spread after the LayerNorm
+            # q_i . q_i over a head: head_dim * half * std^2 * var, then / sqrt(head_dim)
+            std = math.sqrt(config.mimetic_score / (math.sqrt(head_dim) * half * var))
+            rows = slice(h * head_dim, (h + 1) * head_dim)
+            w_q[rows, cols] = torch.randn(head_dim, half, device=qkv.weight.device) * std
+        qkv.weight[:H] = w_q
+        qkv.weight[H : 2 * H] = w_q
+
+
 class BertPreTrainedModel(nn.Module):
     """What every model with heads shares (transformers' `BertPreTrainedModel`): its config, the encoder
     `bert`, and BERT's initialisation of every weight once the heads exist (`post_init`)."""
@@ -385,6 +421,8 @@ class BertPreTrainedModel(nn.Module):
         if self.config.attention_init == "mimetic":
             for layer in self.bert.layers:
                 mimetic_init(layer.attention.qkv, self.config.num_attention_heads, self.config.mimetic_score)
+        if self.config.attention_init == "roles":
+            roles_init(self.bert.embeddings, self.bert.layers, self.config)
 
 
 class BertForPreTraining(BertPreTrainedModel):
