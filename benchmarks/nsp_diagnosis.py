@@ -1,0 +1,413 @@
+"""Why next-sentence prediction is slow to start: the CPU recipe's first steps, measured as they train.
+
+A flat loop of the recipe (`wikitext2-cpu` at two layers, the first run's depth on the default-scale corpus:
+the same data functions, collator, optimizer and schedule as `nanobert pretrain`), which every `--every`
+steps writes one JSON line of what decides whether `[CLS]` can learn the pair relation:
+
+- `grad`: the norms of the MLM loss's and the NSP loss's gradients on the encoder's weights (the same
+  training batch, two backward passes), their ratio and cosine: the NSP term's share of what moves the
+  encoder; and the NSP gradient's norm at `[CLS]`'s final state next to the MLM gradient's at a masked one;
+- `cls_attention`: per layer, the share of `[CLS]`'s attention on itself, on its three neighbours, on the
+  rest of segment A, on segment B and on the two `[SEP]`s, and its entropy over the log of the keys, on
+  fixed held-out pairs;
+- `pooler`: how much the pooled `[CLS]` varies across pairs (std over the batch / mean size), the share of
+  the pooler's units in tanh's flat tails, and the spread of the NSP logit difference across pairs;
+- `held_out`: MLM and NSP loss and accuracy on the fixed held-out batches (15% masking, seed 0), and the
+  share of pairs answered "B follows A".
+
+`--masking` instead measures what the training masking leaves of the words that tell two documents apart:
+the accuracy of a one-feature rule (the share of B's distinct content word pieces also in A, thresholded at
+its best cut) on held-out pairs, with 0%, 15% and 45% of the tokens masked as the collator masks them.
+
+    python benchmarks/nsp_diagnosis.py --train $S/train.raw --valid $S/dev.raw --tokenizer TOK \\
+        --steps 1000 --every 50 --out diag.jsonl [--set key=value ...]
+    python benchmarks/nsp_diagnosis.py --train $S/train.raw --valid $S/dev.raw --tokenizer TOK --masking
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import time
+
+import torch
+
+from nanobert.cli.overrides import parse_overrides
+from nanobert.data.corpus import load_documents
+from nanobert.data.masking import MaskingCollator
+from nanobert.data.nsp import nsp_epoch_batches
+from nanobert.engine.optimizer import build_optimizer, lr_multiplier
+from nanobert.model import BertForPreTraining
+from nanobert.objectives.mlm_nsp import eval_instances, mlm_nsp_metrics
+from nanobert.pretraining.recipes import preset_configs
+from nanobert.tokenizer import (
+    CLS_ID,
+    IGNORE_INDEX,
+    MASK_ID,
+    NUM_SPECIAL_TOKENS,
+    SEP_ID,
+    encode_documents,
+    load_tokenizer,
+)
+
+
+@torch.no_grad()
+def cls_at_the_centre(model: BertForPreTraining, positions: int = 128) -> None:
+    """[CLS] (always position 0) starts at the centre of the tokens: its position row the mean of the rows
+    of a window's positions, its token row zero, so it looks alike to every token rather than to its
+    neighbours, and its attention reads the whole pair."""
+    table = model.bert.embeddings.position_embeddings.weight
+    table[0] = table[:positions].mean(0)
+    model.bert.embeddings.word_embeddings.weight[CLS_ID].zero_()
+
+
+@torch.no_grad()
+def heads_by_role(model: BertForPreTraining, self_score: float = 8.0) -> None:
+    """Mimetic attention split by role: the position and segment rows live in the first half of the
+    dimensions, and in every layer head 0's queries and keys (one copy of the other) read that half only
+    (where a token is: it attends to its neighbours), the other heads' the second half only (what a token
+    is: it attends to the same word wherever it is, in either segment). Each head's scale is set from the
+    embeddings' real spread in its half, so that a token's score with itself averages `self_score`."""
+    H = model.config.hidden_size
+    nh = model.config.num_attention_heads
+    hd, half = H // nh, H // 2
+    emb = model.bert.embeddings
+    emb.position_embeddings.weight[:, half:] = 0.0
+    emb.token_type_embeddings.weight[:, half:] = 0.0
+    # a sample of first-layer inputs: random tokens at random positions, either segment
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(NUM_SPECIAL_TOKENS, emb.word_embeddings.num_embeddings, (4096,), generator=g)
+    pos = torch.randint(0, 128, (4096,), generator=g)
+    seg = torch.randint(0, 2, (4096,), generator=g)
+    x = emb.layer_norm(
+        emb.word_embeddings(ids) + emb.position_embeddings(pos) + emb.token_type_embeddings(seg)
+    )
+    for layer in model.bert.layers:
+        qkv = layer.attention.qkv
+        w = torch.zeros(H, H)
+        for h in range(nh):
+            cols = slice(0, half) if h == 0 else slice(half, H)
+            block = torch.randn(hd, half)
+            score = ((x[:, cols] @ block.T) ** 2).sum(-1).mean() / hd**0.5  # mean self-score at scale 1
+            w[h * hd : (h + 1) * hd, cols] = block * (self_score / score) ** 0.5
+        qkv.weight[:H] = w
+        qkv.weight[H : 2 * H] = w
+
+
+STARTS = {"cls-centre": cls_at_the_centre, "heads-by-role": heads_by_role}
+
+
+def force_cls_attention(model: BertForPreTraining, mode: str) -> None:
+    """An intervention, not a start: in the last layer, [CLS]'s attention is replaced by a fixed pattern
+    (`uniform`: every real token alike; `segments`: head 0 over segment A, the other heads over B), to
+    tell whether gathering the pair is what [CLS] lacks or what it would gather is not there yet."""
+    attention = model.bert.layers[-1].attention
+    num_heads, head_dim = attention.num_heads, attention.head_dim
+
+    def forward(x, attn_mask, output_attentions=False, query_positions=None, causal=None):
+        B, T, H = x.shape
+        q, k, v = attention.qkv(x).split(H, dim=-1)
+        q, k, v = (t.view(B, T, num_heads, head_dim).transpose(1, 2) for t in (q, k, v))
+        scores = q @ k.transpose(-2, -1) / head_dim**0.5  # (B, nh, T, T)
+        keys = (
+            attn_mask.expand(B, num_heads, 1, T) if attn_mask is not None else x.new_ones(B, 1, 1, T).bool()
+        )
+        scores = scores.masked_fill(~keys, float("-inf"))
+        probs = scores.softmax(-1)
+        fixed = keys[:, :, 0, :].float().expand(B, num_heads, T).clone()  # (B, nh, T)
+        if mode == "segments":
+            segment = model._types[:, None, :].expand(B, num_heads, T)
+            fixed[:, 0] *= segment[:, 0] == 0
+            fixed[:, 1:] *= segment[:, 1:] == 1
+        probs = torch.cat([(fixed / fixed.sum(-1, keepdim=True))[:, :, None, :], probs[:, :, 1:]], dim=2)
+        y = (probs @ v).transpose(1, 2).reshape(B, T, H)
+        if query_positions is not None:
+            y = y.gather(1, query_positions.unsqueeze(-1).expand(-1, -1, H))
+        return attention.output(y), probs if output_attentions else None
+
+    attention.forward = forward
+    original = model.bert.forward
+
+    def bert_forward(input_ids, token_type_ids=None, *args, **kwargs):
+        model._types = token_type_ids if token_type_ids is not None else torch.zeros_like(input_ids)
+        return original(input_ids, token_type_ids, *args, **kwargs)
+
+    model.bert.forward = bert_forward
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--train", required=True)
+    p.add_argument("--valid", required=True)
+    p.add_argument("--tokenizer", required=True, help="a saved tokenizer directory (e.g. a run's best/)")
+    p.add_argument("--preset", default="wikitext2-cpu")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config fields, as --set")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--steps", type=int, default=1000, help="the planned steps (the schedule's length)")
+    p.add_argument("--stop-after", type=int, help="end here, the schedule unchanged")
+    p.add_argument("--every", type=int, default=50)
+    p.add_argument("--probe-pairs", type=int, default=256, help="held-out pairs for the attention figures")
+    p.add_argument("--held-out-pairs", type=int, default=1024, help="held-out pairs evaluated every --every")
+    p.add_argument("--out", help="write the JSON lines here too")
+    p.add_argument("--start", nargs="*", default=[], choices=sorted(STARTS), help="screened starts")
+    p.add_argument("--nsp-weight", type=float, default=1.0, help="the NSP term's weight in the loss")
+    p.add_argument("--mlm-weight", type=float, default=1.0, help="the MLM term's weight (0: NSP alone)")
+    p.add_argument("--head-lr", type=float, default=1.0, help="the pooler's and NSP head's rate, x peak")
+    p.add_argument("--force-cls", choices=("uniform", "segments"), help="fix [CLS]'s last-layer attention")
+    p.add_argument("--masking", action="store_true", help="measure the masking instead of training")
+    return p.parse_args(argv)
+
+
+def encoder_parameters(model: BertForPreTraining) -> list[torch.nn.Parameter]:
+    """The weights both losses share: embeddings and layers (not the pooler, not the heads)."""
+    return [p for n, p in model.named_parameters() if n.startswith(("bert.embeddings.", "bert.layers."))]
+
+
+def gradient_figures(model: BertForPreTraining, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+    """The MLM and NSP gradients on the shared weights, and at [CLS] / a masked position's final state."""
+    shared = encoder_parameters(model)
+    enc = model.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+    h = enc.last_hidden_state  # (B, T, H)
+    h.retain_grad()
+    out_mlm = model.mlm_head(h[batch["labels"] != IGNORE_INDEX], model.bert.embeddings.word_embeddings.weight)
+    mlm = torch.nn.functional.cross_entropy(out_mlm, batch["labels"][batch["labels"] != IGNORE_INDEX])
+    nsp = torch.nn.functional.cross_entropy(model.nsp_head(enc.pooler_output), batch["next_sentence_label"])
+    g_mlm = torch.autograd.grad(mlm, shared + [h], retain_graph=True)
+    g_nsp = torch.autograd.grad(nsp, shared + [h])
+    flat_mlm = torch.cat([g.reshape(-1) for g in g_mlm[:-1]])
+    flat_nsp = torch.cat([g.reshape(-1) for g in g_nsp[:-1]])
+    masked = batch["labels"] != IGNORE_INDEX
+    at_cls = g_nsp[-1][:, 0].norm(dim=-1).mean()  # per pair
+    at_masked = g_mlm[-1][masked].norm(dim=-1).mean()  # per masked token
+    return {
+        "mlm_grad": flat_mlm.norm().item(),
+        "nsp_grad": flat_nsp.norm().item(),
+        "nsp_over_mlm": (flat_nsp.norm() / flat_mlm.norm()).item(),
+        "cosine": torch.nn.functional.cosine_similarity(flat_mlm, flat_nsp, dim=0).item(),
+        "at_cls_nsp": at_cls.item(),
+        "at_masked_mlm": at_masked.item(),
+        "mlm_loss": mlm.item(),
+        "nsp_loss": nsp.item(),
+    }
+
+
+@torch.no_grad()
+def cls_attention(model: BertForPreTraining, batch: dict[str, torch.Tensor]) -> list[dict[str, float]]:
+    """Per layer (heads averaged), where [CLS]'s attention goes, over the pairs of `batch`."""
+    enc = model.bert(
+        batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], output_attentions=True
+    )
+    ids, types, mask = batch["input_ids"], batch["token_type_ids"], batch["attention_mask"].bool()
+    T = ids.size(1)
+    pos = torch.arange(T)
+    sep = ids == SEP_ID
+    regions = {
+        "self": pos[None, :] == 0,
+        "neighbours": (pos[None, :] >= 1) & (pos[None, :] <= 3) & ~sep,
+        "segment_a": (types == 0) & (pos[None, :] > 3) & ~sep & mask,
+        "segment_b": (types == 1) & ~sep & mask,
+        "sep": sep,
+    }
+    layers = []
+    for probs in enc.attentions:  # (B, nh, T, T)
+        row = probs[:, :, 0, :].mean(1)  # (B, T): [CLS]'s query, heads averaged
+        shares = {
+            name: (row * region.expand_as(row)).sum(1).mean().item() for name, region in regions.items()
+        }
+        per_head = probs[:, :, 0, :]  # (B, nh, T)
+        entropy = -(per_head.clamp_min(1e-12).log() * per_head).sum(-1)  # (B, nh)
+        n_keys = mask.sum(1, keepdim=True).float()  # (B, 1)
+        shares["entropy_share"] = (entropy / n_keys.log()).mean().item()  # 1 = uniform over the keys
+        layers.append(shares)
+    return layers
+
+
+@torch.no_grad()
+def pooler_figures(model: BertForPreTraining, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+    enc = model.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+    cls, pooled = enc.last_hidden_state[:, 0], enc.pooler_output  # (B, H)
+    logits = model.nsp_head(pooled)
+    diff = logits[:, 0] - logits[:, 1]  # > 0: "B follows A"
+    return {
+        "cls_spread": (cls.std(0).mean() / cls.abs().mean()).item(),  # across pairs, relative
+        "pooled_spread": (pooled.std(0).mean() / pooled.abs().mean().clamp_min(1e-9)).item(),
+        "pooled_saturated": (pooled.abs() > 0.95).float().mean().item(),
+        "logit_diff_mean": diff.mean().item(),
+        "logit_diff_std": diff.std().item(),
+        "nsp_head_norm": model.nsp_head.weight.norm().item(),
+        "pooler_norm": model.bert.pooler.weight.norm().item(),
+    }
+
+
+def held_out_figures(model, batches) -> dict[str, float]:
+    figures = mlm_nsp_metrics(model, batches, "cpu")
+    answers = []
+    with torch.no_grad():
+        for batch in batches:
+            enc = model.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+            answers.append(model.nsp_head(enc.pooler_output).argmax(-1))
+    figures["answers_follows"] = (torch.cat(answers) == 0).float().mean().item()
+    return figures
+
+
+def with_head_lr(model: BertForPreTraining, optimizer, head_lr: float, cfg) -> torch.optim.AdamW:
+    """The same optimizer with the pooler's and the NSP head's learning rate scaled by `head_lr`."""
+    head = {id(p) for n, p in model.named_parameters() if n.startswith(("bert.pooler.", "nsp_head."))}
+    groups = []
+    for group in optimizer.param_groups:
+        for in_head in (False, True):
+            params = [p for p in group["params"] if (id(p) in head) == in_head]
+            if params:
+                scale = group.get("lr_scale", 1.0) * (head_lr if in_head else 1.0)
+                groups.append({**group, "params": params, "lr_scale": scale})
+    return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(0.9, 0.999), eps=cfg.adam_eps)
+
+
+def snapshot(model: BertForPreTraining, step: int, batch, probe, held_out) -> dict:
+    """One JSON line: the gradients on this training batch, [CLS]'s attention, the pooler, the held-out."""
+    model.eval()
+    line = {
+        "step": step,
+        "grad": gradient_figures(model, batch),
+        "cls_attention": cls_attention(model, probe),
+        "pooler": pooler_figures(model, probe),
+        "held_out": held_out_figures(model, held_out),
+    }
+    model.zero_grad(set_to_none=True)
+    return line
+
+
+def train(args: argparse.Namespace) -> None:
+    tokenizer = load_tokenizer(args.tokenizer)
+    model_over, train_over = parse_overrides(args.set)
+    model_config, cfg = preset_configs(
+        args.preset, num_hidden_layers=2, max_steps=args.steps, seed=args.seed, **model_over, **train_over
+    )
+    model_config.vocab_size = tokenizer.get_vocab_size()
+    train_docs = encode_documents(tokenizer, load_documents(args.train))
+    valid_docs = encode_documents(tokenizer, load_documents(args.valid))
+    # A strided sample of the held-out pairs (in the corpus's order, neighbours share a document and a label
+    # balance of their own), masked as the held-out batches are: 15%, seed 0.
+    pairs = eval_instances(valid_docs, cfg.max_seq_len)
+    pairs = pairs[:: max(1, len(pairs) // args.held_out_pairs)][: args.held_out_pairs]
+    collate = MaskingCollator(model_config.vocab_size, mask_prob=0.15, seed=0)
+    held_out = [
+        collate(pairs[i : i + cfg.eval_batch_size]) for i in range(0, len(pairs), cfg.eval_batch_size)
+    ]
+    probe = MaskingCollator(model_config.vocab_size, mask_prob=0.15, seed=0)(pairs[::4][: args.probe_pairs])
+    torch.manual_seed(cfg.seed)
+    model = BertForPreTraining(model_config)
+    for name in args.start:
+        STARTS[name](model)
+    if args.force_cls:
+        force_cls_attention(model, args.force_cls)
+    optimizer = build_optimizer(model, cfg.learning_rate, cfg.weight_decay)
+    if args.head_lr != 1.0:
+        optimizer = with_head_lr(model, optimizer, args.head_lr, cfg)
+    collator = MaskingCollator(
+        model_config.vocab_size, cfg.mask_prob, pad_to_multiple_of=cfg.pad_to_multiple_of, seed=cfg.seed
+    )
+
+    def stream():
+        for epoch in itertools.count():
+            for instances in nsp_epoch_batches(
+                train_docs, cfg.max_seq_len, cfg.batch_size, cfg.seed, epoch, bucket=cfg.bucket_by_length
+            ):
+                yield collator(instances)
+
+    batches, log = stream(), open(args.out, "w") if args.out else None
+    start = time.perf_counter()
+    for step in range(args.stop_after or args.steps):
+        batch = next(batches)
+        if step % args.every == 0:
+            line = snapshot(model, step, batch, probe, held_out)
+            line["seconds"] = round(time.perf_counter() - start, 1)
+            print(json.dumps(line), flush=True)
+            if log:
+                log.write(json.dumps(line) + "\n")
+                log.flush()
+        model.train()
+        lr = cfg.learning_rate * lr_multiplier(
+            (step + 1) / cfg.max_steps, cfg.warmup_ratio, 0.0, cfg.decay_ratio
+        )
+        for group in optimizer.param_groups:
+            group["lr"] = lr * group.get("lr_scale", 1.0)
+        out = model(**batch)
+        (args.mlm_weight * out.mlm_loss + args.nsp_weight * out.nsp_loss).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+
+def overlap_rule_accuracy(
+    instances, vocab_size: int, mask_prob: float, common: set[int], seed: int = 0
+) -> tuple[float, float]:
+    """The best-cut accuracy of `share of B's distinct content pieces also in A`, with `mask_prob` masked
+    (0: none), and the mean share of the content pieces left visible."""
+    batch_ids = [x.input_ids for x in instances]
+    if mask_prob > 0:
+        collator = MaskingCollator(vocab_size, mask_prob=mask_prob, seed=seed)
+        masked = []
+        for i in range(0, len(instances), 64):
+            ids = collator(instances[i : i + 64])["input_ids"]
+            masked.extend(
+                row[: len(x.input_ids)].tolist() for row, x in zip(ids, instances[i : i + 64], strict=True)
+            )
+        batch_ids = masked
+    shares, labels, visible = [], [], []
+    for ids, x in zip(batch_ids, instances, strict=True):
+        content = [
+            (t, s)
+            for t, s, orig in zip(ids, x.token_type_ids, x.input_ids, strict=True)
+            if orig >= NUM_SPECIAL_TOKENS and orig not in common
+        ]
+        kept = [(t, s) for t, s in content if t not in (MASK_ID,) and t >= NUM_SPECIAL_TOKENS]
+        visible.append(len(kept) / max(len(content), 1))
+        a = {t for t, s in kept if s == 0}
+        b = {t for t, s in kept if s == 1}
+        shares.append(len(a & b) / max(len(b), 1))
+        labels.append(x.next_sentence_label)
+    order = sorted(range(len(shares)), key=lambda i: shares[i])
+    n, follows_total = len(order), sum(1 for y in labels if y == 0)
+    # cut after rank r: the r lowest answer "random" (1), the rest "follows" (0)
+    best, random_below, follows_below = 0.0, 0, 0
+    for r in range(n + 1):
+        correct = random_below + (follows_total - follows_below)
+        best = max(best, correct / n)
+        if r < n:
+            if labels[order[r]] == 1:
+                random_below += 1
+            else:
+                follows_below += 1
+    return best, sum(visible) / n
+
+
+def masking(args: argparse.Namespace) -> None:
+    tokenizer = load_tokenizer(args.tokenizer)
+    vocab_size = tokenizer.get_vocab_size()
+    valid_docs = encode_documents(tokenizer, load_documents(args.valid))
+    instances = eval_instances(valid_docs, 128)
+    counts: dict[int, int] = {}
+    for doc in valid_docs:
+        for sentence in doc:
+            for t in sentence:
+                counts[t] = counts.get(t, 0) + 1
+    common = set(sorted(counts, key=counts.get, reverse=True)[:200])  # the 200 most frequent pieces
+    not_next = sum(x.next_sentence_label for x in instances) / len(instances)
+    majority = max(not_next, 1 - not_next)
+    for p in (0.0, 0.15, 0.45):
+        acc, visible = overlap_rule_accuracy(instances, vocab_size, p, common)
+        line = {"mask_prob": p, "pairs": len(instances), "overlap_rule_accuracy": round(acc, 4)}
+        line.update(content_visible=round(visible, 4), majority=round(majority, 4))
+        print(json.dumps(line), flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    masking(args) if args.masking else train(args)
+
+
+if __name__ == "__main__":
+    main()
