@@ -339,7 +339,7 @@ def check_documents(path: str, option: str) -> None:
         raise NanobertError(f"{option} {path} holds one document; NSP pairs need at least two")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train", required=True, help="e.g. ../shared/data/wikitext-2/wiki.valid.tokens")
     p.add_argument("--test", required=True, help="e.g. ../shared/data/wikitext-2/wiki.test.tokens")
@@ -359,18 +359,15 @@ def main() -> None:
     p.add_argument(
         "--blimp-limit", type=positive_int, metavar="N", help="the first N pairs of each paradigm only"
     )
-    args = p.parse_args()
-    out = Path(args.out)
-    if args.report:
-        result = json.loads(check_input_file(out / "results.json", "--report: --out's").read_text())
-        print(markdown(result))
-        if "blimp" in result:
-            print("\n" + blimp_markdown(result["blimp"]))
-        return
+    return p.parse_args()
+
+
+def check_args(args: argparse.Namespace, out: Path) -> None:
+    """What is read after the (long) training, checked before it, each mistake as one line."""
     if not args.skip_training and not 0 < args.time_budget < math.inf:  # NaN fails this too
         raise NanobertError(f"--time-budget must be a positive number of seconds, got {args.time_budget:g}")
-    # What is read after the (long) training is checked before it: the test file as text with the two
-    # documents the held-out NSP pairs need (a binary, non-UTF-8 or empty file fails now, not after training).
+    # The test file as text with the two documents the held-out NSP pairs need (a binary, non-UTF-8 or empty
+    # file fails now, not after training).
     check_input_file(args.test, "--test")
     check_documents(args.test, "--test")
     check_output_file(out / "results.json")  # --out is not, and does not lie under, a file
@@ -396,13 +393,13 @@ def main() -> None:
                 model_over,
                 {**train_over, "objective": objective, "time_budget": args.time_budget, "seed": args.seed},
             )
-    out.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    if not args.skip_training:
-        train_all(args, out)
+
+
+def score_all(args: argparse.Namespace, out: Path, start: float) -> dict:
+    """What results.json holds: every comparison of the three best/ checkpoints, and their training runs."""
     dirs = {key: out / objective / "best" for key, (objective, _, _) in MODELS.items()}
     summaries = {k: json.loads((out / k / "summary.json").read_text()) for k in OBJECTIVES}
-    result = {
+    return {
         "same_positions": same_positions(dirs, args.test),
         "own": own_metrics(dirs, args.test),
         "examples": examples(dirs),
@@ -415,10 +412,29 @@ def main() -> None:
         },
         "seconds": round(time.perf_counter() - start),
     }
-    (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+
+
+def print_tables(result: dict) -> None:
+    """The comparison's table, and BLiMP's when the results have it."""
     print(markdown(result))
-    if args.blimp:
+    if "blimp" in result:
         print("\n" + blimp_markdown(result["blimp"]))
+
+
+def main() -> None:
+    args = parse_args()
+    out = Path(args.out)
+    if args.report:
+        print_tables(json.loads(check_input_file(out / "results.json", "--report: --out's").read_text()))
+        return
+    check_args(args, out)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    if not args.skip_training:
+        train_all(args, out)
+    result = score_all(args, out, start)
+    (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+    print_tables(result)  # the results have BLiMP's figures exactly when --blimp was given
     print(json.dumps({"examples": result["examples"], "training": result["training"]}, indent=2))
 
 

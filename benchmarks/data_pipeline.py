@@ -105,7 +105,7 @@ def check_args(args: argparse.Namespace) -> str:
     return text
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--source", required=True, help="a WikiText file, e.g. ../shared/data/wikitext-2/wiki.valid.tokens"
@@ -117,38 +117,47 @@ def main() -> None:
     p.add_argument("--train-tokens-per-s", type=float, help="training speed to compare against")
     p.add_argument("--measure-train", choices=["cpu", "cuda"], help="measure training speed on this device")
     p.add_argument("--shape", default="mini", choices=list(MODEL_PRESETS))
-    args = p.parse_args()
-    text = check_args(args)
-    with tempfile.TemporaryDirectory() as tmp:
-        corpus = Path(tmp) / "corpus.txt"
-        corpus.write_text(text * args.repeat, encoding="utf-8")
-        words = len(text.split()) * args.repeat
-        stages: list[tuple[str, float]] = []
+    return p.parse_args()
 
-        t = time.perf_counter()
-        documents = read_text_file(corpus)
-        stages.append(("read + split sentences", time.perf_counter() - t))
-        t = time.perf_counter()
-        tokenizer = train_tokenizer((s for d in documents for s in d), vocab_size=args.vocab_size)
-        stages.append(("train WordPiece", time.perf_counter() - t))
-        t = time.perf_counter()
-        tokenized = encode_documents(tokenizer, documents)
-        stages.append(("tokenize", time.perf_counter() - t))
-        one_time = sum(s for _, s in stages)
 
-        t = time.perf_counter()
-        instances = create_instances(tokenized, args.seq_len, seed=0, epoch=0)
-        stages.append(("NSP instances (1 epoch)", time.perf_counter() - t))
-        t = time.perf_counter()
-        collator = MaskingCollator(tokenizer.get_vocab_size(), seed=0, pad_to_multiple_of=8)
-        n_tokens = 0
-        for group in batches(instances, args.batch_size, seed=0, epoch=0, bucket=True):
-            batch = collator(group)
-            query_layout(batch["labels"], 64, 8)
-            n_tokens += int(batch["attention_mask"].sum())
-        stages.append(("mask every batch (1 epoch)", time.perf_counter() - t))
-        per_epoch = stages[-1][1] + stages[-2][1]
+def one_time_stages(corpus: Path, vocab_size: int, stages: list[tuple[str, float]]):
+    """The work done once per corpus (read and split, train WordPiece, tokenize), each stage's seconds
+    appended to `stages`; returns (documents, tokenizer, tokenized documents)."""
+    t = time.perf_counter()
+    documents = read_text_file(corpus)
+    stages.append(("read + split sentences", time.perf_counter() - t))
+    t = time.perf_counter()
+    tokenizer = train_tokenizer((s for d in documents for s in d), vocab_size=vocab_size)
+    stages.append(("train WordPiece", time.perf_counter() - t))
+    t = time.perf_counter()
+    tokenized = encode_documents(tokenizer, documents)
+    stages.append(("tokenize", time.perf_counter() - t))
+    return documents, tokenizer, tokenized
 
+
+def epoch_stages(tokenized, vocab: int, args: argparse.Namespace, stages: list[tuple[str, float]]):
+    """The work that recurs every epoch (NSP instances, masking every batch), each stage's seconds appended
+    to `stages`; returns (the instances, the real tokens of the epoch's batches)."""
+    t = time.perf_counter()
+    instances = create_instances(tokenized, args.seq_len, seed=0, epoch=0)
+    stages.append(("NSP instances (1 epoch)", time.perf_counter() - t))
+    t = time.perf_counter()
+    collator = MaskingCollator(vocab, seed=0, pad_to_multiple_of=8)
+    n_tokens = 0
+    for group in batches(instances, args.batch_size, seed=0, epoch=0, bucket=True):
+        batch = collator(group)
+        query_layout(batch["labels"], 64, 8)
+        n_tokens += int(batch["attention_mask"].sum())
+    stages.append(("mask every batch (1 epoch)", time.perf_counter() - t))
+    return instances, n_tokens
+
+
+def print_report(
+    args: argparse.Namespace, words: int, documents, instances, n_tokens: int, stages, vocab: int
+) -> None:
+    """The corpus, each stage's seconds, peak memory, and prepared against consumed tokens/s."""
+    one_time = sum(s for _, s in stages[:3])  # read, WordPiece, tokenize
+    per_epoch = stages[-1][1] + stages[-2][1]  # instances + masking
     print(
         f"corpus: {args.source} x {args.repeat} = {words:,} words, {len(documents):,} documents, "
         f"{sum(map(len, documents)):,} sentences; {len(instances):,} instances, {n_tokens:,} tokens/epoch"
@@ -163,11 +172,24 @@ def main() -> None:
     consumed = args.train_tokens_per_s
     if args.measure_train:
         consumed = measure_train_tokens_per_s(
-            args.measure_train, args.shape, tokenizer.get_vocab_size(), args.batch_size, args.seq_len
+            args.measure_train, args.shape, vocab, args.batch_size, args.seq_len
         )
         print(f"consumed tokens/s (training {args.shape} on {args.measure_train}): {consumed:,.0f}")
     if consumed:
         print(f"prepared/consumed: {prepared / consumed:.1f}x")
+
+
+def main() -> None:
+    args = parse_args()
+    text = check_args(args)
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = Path(tmp) / "corpus.txt"
+        corpus.write_text(text * args.repeat, encoding="utf-8")
+        words = len(text.split()) * args.repeat
+        stages: list[tuple[str, float]] = []
+        documents, tokenizer, tokenized = one_time_stages(corpus, args.vocab_size, stages)
+        instances, n_tokens = epoch_stages(tokenized, tokenizer.get_vocab_size(), args, stages)
+    print_report(args, words, documents, instances, n_tokens, stages, tokenizer.get_vocab_size())
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ learning rate chosen on test would be optimistic.
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import sys
@@ -39,6 +40,8 @@ INITS = ("pretrained", "scratch")
 
 SST2_FILES = ("train.tsv", "dev.tsv")  # GLUE's
 TREC_FILES = ("train_5500.label", "TREC_10.label")  # train, test
+# The columns of each task's TSV (TREC-6's as prepare_trec writes them).
+SPECS = {"sst2": TaskSpec(text_col="sentence", label_col="label"), "trec6": TaskSpec("text", "label")}
 
 
 def prepare_trec(trec_dir: Path, out: Path, seed: int) -> dict[str, Path]:
@@ -89,7 +92,7 @@ def check_run_dirs(args, tasks: list[str]) -> None:
                 prepare_out_dir(out, args.overwrite, resumable=False, create=False, inputs=(args.checkpoint,))
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("checkpoint", metavar="CKPT", help="a pretraining checkpoint (RUN/best)")
     p.add_argument("--sst2-dir", type=Path, help="directory with GLUE SST-2 train.tsv and dev.tsv")
@@ -131,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not args.sst2_dir and not args.trec_dir:
         p.error("give --sst2-dir and/or --trec-dir")
-    # The user's mistakes, each as one line before any work starts (the CLI's rule).
+    return args
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """The user's mistakes, each as one line before any work starts (the CLI's rule)."""
     for option, directory, names in (
         ("--sst2-dir", args.sst2_dir, SST2_FILES),
         ("--trec-dir", args.trec_dir, TREC_FILES),
@@ -145,7 +152,11 @@ def main(argv: list[str] | None = None) -> int:
         FinetuneConfig(learning_rate=lr, layer_lr_decay=args.layer_lr_decay, dropout=args.dropout)
     check_run_dirs(args, [name for name, d in (("sst2", args.sst2_dir), ("trec6", args.trec_dir)) if d])
 
-    tasks = {}  # name -> (files, report split)
+
+def prepare_tasks(args: argparse.Namespace) -> dict[str, tuple[dict[str, Path], str]]:
+    """{task: (its files by split, the split its accuracy is reported on)}; with --limit, the training file
+    is a copy of its first N rows in OUT/data/."""
+    tasks = {}
     if args.sst2_dir:
         train, dev = (args.sst2_dir / name for name in SST2_FILES)
         tasks["sst2"] = ({"train": train, "dev": dev}, "dev")
@@ -157,32 +168,40 @@ def main(argv: list[str] | None = None) -> int:
             files["train"] = args.out / "data" / f"{name}-train-{args.limit}.tsv"
             files["train"].parent.mkdir(parents=True, exist_ok=True)
             files["train"].write_text("".join(lines[: args.limit + 1]), encoding="utf-8")
+    return tasks
 
-    spec = {"sst2": TaskSpec(text_col="sentence", label_col="label"), "trec6": TaskSpec("text", "label")}
+
+def run_config(args: argparse.Namespace, init: str, lr: float) -> FinetuneConfig:
+    """The fine-tuning settings of one run of the grid."""
+    return FinetuneConfig(
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        learning_rate=lr,
+        layer_lr_decay=args.layer_lr_decay,
+        dropout=args.dropout,
+        # the scratch control has no pretrained encoder to adapt
+        adapt_epochs=args.adapt_epochs if init == "pretrained" else 0,
+        adapt_learning_rate=args.adapt_learning_rate,
+        max_seq_len=args.max_seq_len,
+        seed=args.seed,
+        device=args.device,
+        precision=args.precision,
+    )
+
+
+def run_grid(args: argparse.Namespace, tasks: dict) -> tuple[list[dict], dict]:
+    """Every task x learning rate x init fine-tuned in turn: (one row each, the last run's hardware)."""
     results = []
     for name, (files, report) in tasks.items():
         for lr in args.learning_rate:
             for init in args.inits:
-                cfg = FinetuneConfig(
-                    epochs=args.epochs,
-                    batch_size=args.batch_size,
-                    learning_rate=lr,
-                    layer_lr_decay=args.layer_lr_decay,
-                    dropout=args.dropout,
-                    # the scratch control has no pretrained encoder to adapt
-                    adapt_epochs=args.adapt_epochs if init == "pretrained" else 0,
-                    adapt_learning_rate=args.adapt_learning_rate,
-                    max_seq_len=args.max_seq_len,
-                    seed=args.seed,
-                    device=args.device,
-                    precision=args.precision,
-                )
+                cfg = run_config(args, init, lr)
                 out = run_dir(args.out, name, init, lr)
                 print(f"== {name} {init} lr {lr:g} -> {out}", file=sys.stderr, flush=True)
                 start = time.perf_counter()
                 summary = finetune(
                     args.checkpoint,
-                    spec[name],
+                    SPECS[name],
                     files["train"],
                     files["dev"],
                     out,
@@ -208,6 +227,11 @@ def main(argv: list[str] | None = None) -> int:
                         "out": str(out),
                     }
                 )
+    return results, summary["hardware"]
+
+
+def write_results(args: argparse.Namespace, results: list[dict], hardware: dict) -> None:
+    """OUT/results.json: the grid's settings and every run's row."""
     report = {
         "checkpoint": str(args.checkpoint),
         "epochs": args.epochs,
@@ -220,12 +244,15 @@ def main(argv: list[str] | None = None) -> int:
         "seed": args.seed,
         "limit": args.limit,
         "results": results,
-        "hardware": summary["hardware"],
+        "hardware": hardware,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
 
-    # One row per task and learning rate: pretrained vs scratch on the reported split, dev alongside.
+
+def print_table(args: argparse.Namespace, tasks: dict, results: list[dict]) -> None:
+    """One row per task and learning rate: pretrained vs scratch on the reported split, dev alongside."""
+
     def acc(r: dict | None, split: str) -> str:
         return f"{r[split]['accuracy']:.4f}" if r else "-"
 
@@ -239,6 +266,15 @@ def main(argv: list[str] | None = None) -> int:
             row = f"{name:7s} {lr:7.0e} {split:5s} {acc(a, split):>10s} {acc(b, split):>8s} {gain:>7s}"
             print(f"{row}  {acc(a, 'dev')}/{acc(b, 'dev')}")
     print(f"results: {args.out / 'results.json'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    check_args(args)
+    tasks = prepare_tasks(args)
+    results, hardware = run_grid(args, tasks)
+    write_results(args, results, hardware)
+    print_table(args, tasks, results)
     return 0
 
 

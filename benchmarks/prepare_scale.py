@@ -165,7 +165,7 @@ def check_out(out: Path) -> None:
         )
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--source", type=Path, help="a WikiText-style text file to repeat")
     parser.add_argument(
@@ -179,49 +179,69 @@ def main() -> None:
     )
     parser.add_argument("--max-seq-len", type=int, default=128)
     parser.add_argument("--batch-size", type=positive_int, default=32)
+    # The stage a child process runs, and the files it works on: run_stage's options, not the user's.
     parser.add_argument("--stage", choices=["prepare", "epoch"], help=argparse.SUPPRESS)
     parser.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--prepared", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.stage is None and (args.source is None or args.out is None):
+        parser.error("--source and --out are required")
+    return args
 
+
+def write_corpus(args: argparse.Namespace, text: bytes, words: int) -> None:
+    """`text` written --repeat times to the corpus file; its size and the time it took, printed."""
+    start = time.perf_counter()
+    with open(args.corpus, "wb") as f:
+        for _ in range(args.repeat):
+            f.write(text)
+    print(
+        f"corpus: {args.source.name} x {args.repeat} = {words / 1e6:.1f}M words, "
+        f"{args.corpus.stat().st_size / 2**20:,.0f} MiB (written in {time.perf_counter() - start:.0f} s)",
+        flush=True,
+    )
+
+
+def print_prepare(prep: dict, words: int) -> None:
+    """The prepare stage's line: its time, peak memory, what the training split holds, words per second."""
+    train = prep["splits"]["train"]
+    rate = f"{words / prep['seconds'] / 1e6:.2f}M words/s" if prep["seconds"] > 0 else "too fast to time"
+    print(
+        f"prepare: {prep['seconds']:,.0f} s, peak RssAnon {prep['peak_rss_anon_mib']:,.0f} MiB, "
+        f"VmHWM {prep['peak_rss_vmhwm_mib']:,.0f} MiB; {train['documents']:,} documents, "
+        f"{train['sentences']:,} sentences, {train['tokens']:,} tokens "
+        f"({rate})",
+        flush=True,
+    )
+
+
+def print_epoch(epoch: dict, batch_size: int) -> None:
+    """The epoch stage's line: its time, peak memory, windows, instances and batches, tokens per second."""
+    print(
+        f"epoch:   {epoch['seconds']:,.0f} s, peak RssAnon {epoch['peak_rss_anon_mib']:,.0f} MiB, "
+        f"VmHWM {epoch['peak_rss_vmhwm_mib']:,.0f} MiB; {epoch['windows']:,} windows, "
+        f"{epoch['instances']:,} instances in {epoch['batches']:,} batches of {batch_size}, "
+        f"{epoch['tokens']:,} tokens ({epoch['tokens_per_s']:,} tokens/s)",
+        flush=True,
+    )
+
+
+def main() -> None:
+    args = parse_args()
     if args.stage is not None:  # a child process: one stage, its result as JSON on the last line
         print(json.dumps((stage_prepare if args.stage == "prepare" else stage_epoch)(args)))
         return
-    if args.source is None or args.out is None:
-        parser.error("--source and --out are required")
     check_args(args)
     args.out.mkdir(parents=True, exist_ok=True)
     args.corpus, args.prepared = args.out / "corpus.txt", args.out / "prepared"
     text = args.source.read_bytes()
     words = len(text.split()) * args.repeat
-    start = time.perf_counter()
     try:  # check_args made sure that corpus.txt and prepared/ are this run's own, so they may be deleted
-        with open(args.corpus, "wb") as f:
-            for _ in range(args.repeat):
-                f.write(text)
-        print(
-            f"corpus: {args.source.name} x {args.repeat} = {words / 1e6:.1f}M words, "
-            f"{args.corpus.stat().st_size / 2**20:,.0f} MiB (written in {time.perf_counter() - start:.0f} s)",
-            flush=True,
-        )
+        write_corpus(args, text, words)
         prep = run_stage("prepare", args)
-        train = prep["splits"]["train"]
-        rate = f"{words / prep['seconds'] / 1e6:.2f}M words/s" if prep["seconds"] > 0 else "too fast to time"
-        print(
-            f"prepare: {prep['seconds']:,.0f} s, peak RssAnon {prep['peak_rss_anon_mib']:,.0f} MiB, "
-            f"VmHWM {prep['peak_rss_vmhwm_mib']:,.0f} MiB; {train['documents']:,} documents, "
-            f"{train['sentences']:,} sentences, {train['tokens']:,} tokens "
-            f"({rate})",
-            flush=True,
-        )
+        print_prepare(prep, words)
         epoch = run_stage("epoch", args)
-        print(
-            f"epoch:   {epoch['seconds']:,.0f} s, peak RssAnon {epoch['peak_rss_anon_mib']:,.0f} MiB, "
-            f"VmHWM {epoch['peak_rss_vmhwm_mib']:,.0f} MiB; {epoch['windows']:,} windows, "
-            f"{epoch['instances']:,} instances in {epoch['batches']:,} batches of {args.batch_size}, "
-            f"{epoch['tokens']:,} tokens ({epoch['tokens_per_s']:,} tokens/s)",
-            flush=True,
-        )
+        print_epoch(epoch, args.batch_size)
         record = {"words": words, "repeat": args.repeat, "prepare": prep, "epoch": epoch}
         record["cpus"] = os.cpu_count()
         (args.out / "prepare_scale.json").write_text(json.dumps(record, indent=2) + "\n")

@@ -137,7 +137,7 @@ def glue_scores(checkpoint: Path, glue: Path, tasks: list[str], seeds: list[int]
     return scores
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", required=True)
     p.add_argument("--train", required=True, help="e.g. ../shared/data/wikitext-2/wiki.valid.tokens")
@@ -172,15 +172,23 @@ def main() -> None:
     p.add_argument(
         "--finetune-seeds", type=int, nargs="+", default=[1, 2, 3], help="the GLUE figures are their mean"
     )
-    args = p.parse_args()
+    return p.parse_args()
 
+
+def overrides(args: argparse.Namespace) -> tuple[dict, dict]:
+    """(model, training) overrides: --set's, with --device, --time-budget and --max-steps added."""
     model_over, train_over = parse_overrides(args.set)
     train_over["device"] = args.device
     if args.time_budget is not None:
         train_over["time_budget"] = args.time_budget
     if args.max_steps is not None:
         train_over["max_steps"] = args.max_steps
-    # Everything a seed reads or writes after training is checked now, not after the first 30 minutes.
+    return model_over, train_over
+
+
+def check_args(args: argparse.Namespace, model_over: dict, train_over: dict) -> list | None:
+    """Everything a seed reads or writes after training, checked now, not after the first 30 minutes;
+    returns the BLiMP pairs (None without --blimp)."""
     check_input_file(args.train, "--train")
     check_input_file(args.test, "--test")
     # Read both as text now: a binary, non-UTF-8, empty or one-document file fails here, not after training.
@@ -199,70 +207,61 @@ def main() -> None:
     for seed in args.seeds if args.keep else ():  # no file where a seed's run directory goes
         check_output_file(Path(args.keep) / f"{args.name or args.preset}-seed{seed}" / "summary.json")
     build_configs(args.preset, model_over, train_over)
-    device = resolve_device(args.device)
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(args.keep or tmp)
-        for seed in args.seeds:
-            model_config, train_config = build_configs(args.preset, model_over, {**train_over, "seed": seed})
-            out = root / f"{args.name or args.preset}-seed{seed}"
-            # Without --valid, best/ is chosen on the training file's last 10% of documents (the held-out
-            # rule); the test file is read only once, below.
-            summary = pretrain(
-                model_config,
-                train_config,
-                DataSources(None, args.train, args.valid),
-                out,
-                overwrite=True,
-                preset=args.preset,
-                tokenizer_dir=args.tokenizer,
-            )
-            if summary["stop_reason"].startswith("interrupted"):
-                # A signal (Ctrl-C, kill) stops the whole benchmark, not just this seed: a cut-short run is
-                # not a row of the table, and the seeds after it should not start. Finished seeds are kept.
-                print(f"quality.py: seed {seed} was {summary['stop_reason']}; stopping (finished seeds kept)")
-                break
-            metrics = evaluate_checkpoint(str(out / "best"), valid_file=args.test, device=str(device))
-            # The last step too: when best/ is an earlier step, the table shows what selection cost or saved.
-            # When best/ is the last step it is the same checkpoint, so its figures are reused.
-            best_step = (summary["best"] or {}).get("step")
-            last = (
-                metrics
-                if best_step == summary["steps"]
-                else evaluate_checkpoint(str(out / "last"), valid_file=args.test, device=str(device))
-            )
-            glue = (
-                glue_scores(out / "best", args.glue, args.glue_tasks, args.finetune_seeds, str(device))
-                if args.glue
-                else {}
-            )
-            rows.append(
-                {
-                    "date": time.strftime("%Y-%m-%d"),
-                    "preset": args.preset,
-                    "overrides": args.name or " ".join(args.set),
-                    "seed": seed,
-                    **{k: round(v, 4) for k, v in metrics.items()},
-                    "blimp": round(blimp_accuracy(out / "best", pairs), 4) if pairs else None,
-                    **{name: glue.get(name) for name in GLUE},
-                    "best_step": best_step,
-                    **{
-                        f"last_{k}": round(last[k], 4)
-                        for k in ("mlm_accuracy", "mlm_perplexity", "nsp_accuracy")
-                    },
-                    "steps": summary["steps"],
-                    "train_time_s": summary["train_time_s"],
-                    "wall_time_s": summary["wall_time_s"],
-                    "tokens_per_s": round(summary["tokens_per_s"]),
-                    "hardware": summary["hardware"].get(
-                        "gpu", f"cpu x{summary['hardware']['torch_threads']}"
-                    ),
-                }
-            )
-            print(json.dumps(rows[-1]), flush=True)
-    if not rows:
-        raise SystemExit("quality.py: no seed finished; nothing written")
-    results = Path(args.results)
+    return pairs
+
+
+def pretrain_seed(args: argparse.Namespace, seed: int, out: Path, model_over: dict, train_over: dict) -> dict:
+    """One seed's pretraining run in `out`; its summary."""
+    model_config, train_config = build_configs(args.preset, model_over, {**train_over, "seed": seed})
+    # Without --valid, best/ is chosen on the training file's last 10% of documents (the held-out rule); the
+    # test file is read only once, in evaluate_seed.
+    return pretrain(
+        model_config,
+        train_config,
+        DataSources(None, args.train, args.valid),
+        out,
+        overwrite=True,
+        preset=args.preset,
+        tokenizer_dir=args.tokenizer,
+    )
+
+
+def evaluate_seed(args: argparse.Namespace, seed: int, summary: dict, out: Path, device, pairs) -> dict:
+    """One seed's row of the results table: best/ (and last/) on the test file, BLiMP and GLUE if asked."""
+    metrics = evaluate_checkpoint(str(out / "best"), valid_file=args.test, device=str(device))
+    # The last step too: when best/ is an earlier step, the table shows what selection cost or saved.
+    # When best/ is the last step it is the same checkpoint, so its figures are reused.
+    best_step = (summary["best"] or {}).get("step")
+    last = (
+        metrics
+        if best_step == summary["steps"]
+        else evaluate_checkpoint(str(out / "last"), valid_file=args.test, device=str(device))
+    )
+    glue = (
+        glue_scores(out / "best", args.glue, args.glue_tasks, args.finetune_seeds, str(device))
+        if args.glue
+        else {}
+    )
+    return {
+        "date": time.strftime("%Y-%m-%d"),
+        "preset": args.preset,
+        "overrides": args.name or " ".join(args.set),
+        "seed": seed,
+        **{k: round(v, 4) for k, v in metrics.items()},
+        "blimp": round(blimp_accuracy(out / "best", pairs), 4) if pairs else None,
+        **{name: glue.get(name) for name in GLUE},
+        "best_step": best_step,
+        **{f"last_{k}": round(last[k], 4) for k in ("mlm_accuracy", "mlm_perplexity", "nsp_accuracy")},
+        "steps": summary["steps"],
+        "train_time_s": summary["train_time_s"],
+        "wall_time_s": summary["wall_time_s"],
+        "tokens_per_s": round(summary["tokens_per_s"]),
+        "hardware": summary["hardware"].get("gpu", f"cpu x{summary['hardware']['torch_threads']}"),
+    }
+
+
+def append_rows(results: Path, rows: list[dict]) -> None:
+    """The rows at the end of the results table, its header first if the table is new."""
     new = not results.exists()
     results.parent.mkdir(parents=True, exist_ok=True)
     with open(results, "a", newline="") as f:
@@ -270,6 +269,10 @@ def main() -> None:
         if new:
             writer.writeheader()
         writer.writerows(rows)
+
+
+def print_summary(rows: list[dict], seeds: list[int]) -> None:
+    """Mean and spread over the seeds run of each figure the rows have."""
     for key in (
         "mlm_accuracy",
         "mlm_perplexity",
@@ -283,7 +286,31 @@ def main() -> None:
         if not values:
             continue
         spread = statistics.stdev(values) if len(values) > 1 else 0.0
-        print(f"{key}: mean {statistics.mean(values):.4f}  std {spread:.4f}  over seeds {args.seeds}")
+        print(f"{key}: mean {statistics.mean(values):.4f}  std {spread:.4f}  over seeds {seeds}")
+
+
+def main() -> None:
+    args = parse_args()
+    model_over, train_over = overrides(args)
+    pairs = check_args(args, model_over, train_over)
+    device = resolve_device(args.device)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(args.keep or tmp)
+        for seed in args.seeds:
+            out = root / f"{args.name or args.preset}-seed{seed}"
+            summary = pretrain_seed(args, seed, out, model_over, train_over)
+            if summary["stop_reason"].startswith("interrupted"):
+                # A signal (Ctrl-C, kill) stops the whole benchmark, not just this seed: a cut-short run is
+                # not a row of the table, and the seeds after it should not start. Finished seeds are kept.
+                print(f"quality.py: seed {seed} was {summary['stop_reason']}; stopping (finished seeds kept)")
+                break
+            rows.append(evaluate_seed(args, seed, summary, out, device, pairs))
+            print(json.dumps(rows[-1]), flush=True)
+    if not rows:
+        raise SystemExit("quality.py: no seed finished; nothing written")
+    append_rows(Path(args.results), rows)
+    print_summary(rows, args.seeds)
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ def timed(fn):
     return result, time.perf_counter() - start
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", metavar="CKPT", help="a pretrained checkpoint, e.g. RUN/best")
     p.add_argument("--data", required=True, help="BLiMP's data/ folder, e.g. ../shared/data/blimp")
@@ -85,7 +85,68 @@ def main() -> None:
     p.add_argument("--rule", choices=["within_word", "original"], default=RULE_WITHIN_WORD)
     p.add_argument("--repeat", type=positive_int, default=2, help="timed turns of each (median kept)")
     p.add_argument("--json", metavar="FILE", help="also write the figures here")
-    args = p.parse_args()
+    return p.parse_args()
+
+
+def take_turns(ours, theirs, tokenizer, texts: list[str], rule: str, repeat: int):
+    """Each scorer timed `repeat` times, taking turns, so that a passing load slows both alike: (every turn's
+    seconds by scorer, nanobert's fp32 scores, the library's, nanobert's bf16 scores or None without native
+    bf16)."""
+    times: dict[str, list[float]] = {"nanobert fp32": [], "transformers fp32": []}
+    bf16 = cpu_has_native_bf16()
+    if bf16:
+        times["nanobert bf16"] = []
+    fast = None
+    for _ in range(repeat):
+        mine, seconds = timed(lambda: score_sentences(ours.model, ours.tokenizer, texts, rule))
+        times["nanobert fp32"].append(seconds)
+        library, seconds = timed(lambda: library_scores(theirs, tokenizer, texts, rule))
+        times["transformers fp32"].append(seconds)
+        if bf16:
+            fast, seconds = timed(
+                lambda: score_sentences(ours.model, ours.tokenizer, texts, rule, dtype=torch.bfloat16)
+            )
+            times["nanobert bf16"].append(seconds)
+    return times, mine, library, fast
+
+
+def figures(texts: list[str], rule: str, times: dict, mine, library, fast) -> dict:
+    """The median times, the speed-ups and the largest score differences (what --json writes)."""
+    median = {k: statistics.median(v) for k, v in times.items()}
+    result = {
+        "cpu": cpu_name(),
+        "threads": torch.get_num_threads(),
+        "sentences": len(texts),
+        "rule": rule,
+        "seconds": median,
+        "speedup_fp32": median["transformers fp32"] / median["nanobert fp32"],
+        "max_abs_difference_fp32": max(abs(a.total - b) for a, b in zip(mine, library, strict=True)),
+    }
+    if fast is not None:
+        result["speedup_bf16"] = median["transformers fp32"] / median["nanobert bf16"]
+        result["max_abs_difference_bf16"] = max(
+            abs(a.total - b.total) for a, b in zip(mine, fast, strict=True)
+        )
+    return result
+
+
+def print_report(result: dict) -> None:
+    """Each scorer's median time and rate, the speed-ups and the largest score differences."""
+    sentences, median, bf16 = result["sentences"], result["seconds"], "speedup_bf16" in result
+    print(f"{sentences:,} sentences, rule {result['rule']}, {result['threads']} threads on {result['cpu']}")
+    for name, seconds in median.items():
+        rate, share = sentences / seconds, seconds / median["nanobert fp32"]
+        print(f"  {name:18s} {seconds:8.2f} s  {rate:8.0f} sentences/s  ({share:.2f}x nanobert's time)")
+    print(f"nanobert fp32 is {result['speedup_fp32']:.2f}x transformers fp32", end="")
+    print(f"; bf16 {result['speedup_bf16']:.2f}x" if bf16 else "")
+    difference = result["max_abs_difference_fp32"]
+    print(f"largest score difference, fp32: {difference:.2e} nats (limit {MAX_DIFFERENCE:g})")
+    if bf16:
+        print(f"largest score difference, bf16 against fp32: {result['max_abs_difference_bf16']:.2e} nats")
+
+
+def main() -> None:
+    args = parse_args()
     ours = load(args.checkpoint, device="cpu")
     rule = RULE_CAUSAL if ours.kind == CAUSAL_LM else args.rule
     texts = list(
@@ -99,47 +160,12 @@ def main() -> None:
         theirs, tokenizer = transformers_model(
             Path(args.checkpoint), ours.kind == CAUSAL_LM, Path(tmp) / "hf"
         )
-        times: dict[str, list[float]] = {"nanobert fp32": [], "transformers fp32": []}
-        bf16 = cpu_has_native_bf16()
-        if bf16:
-            times["nanobert bf16"] = []
-        for _ in range(args.repeat):  # taking turns, so that a passing load slows both alike
-            mine, seconds = timed(lambda: score_sentences(ours.model, ours.tokenizer, texts, rule))
-            times["nanobert fp32"].append(seconds)
-            library, seconds = timed(lambda: library_scores(theirs, tokenizer, texts, rule))
-            times["transformers fp32"].append(seconds)
-            if bf16:
-                fast, seconds = timed(
-                    lambda: score_sentences(ours.model, ours.tokenizer, texts, rule, dtype=torch.bfloat16)
-                )
-                times["nanobert bf16"].append(seconds)
-    median = {k: statistics.median(v) for k, v in times.items()}
-    difference = max(abs(a.total - b) for a, b in zip(mine, library, strict=True))
-    result = {
-        "cpu": cpu_name(),
-        "threads": torch.get_num_threads(),
-        "sentences": len(texts),
-        "rule": rule,
-        "seconds": median,
-        "speedup_fp32": median["transformers fp32"] / median["nanobert fp32"],
-        "max_abs_difference_fp32": difference,
-    }
-    if bf16:
-        result["speedup_bf16"] = median["transformers fp32"] / median["nanobert bf16"]
-        result["max_abs_difference_bf16"] = max(
-            abs(a.total - b.total) for a, b in zip(mine, fast, strict=True)
-        )
-    print(f"{len(texts):,} sentences, rule {rule}, {result['threads']} threads on {result['cpu']}")
-    for name, seconds in median.items():
-        rate, share = len(texts) / seconds, seconds / median["nanobert fp32"]
-        print(f"  {name:18s} {seconds:8.2f} s  {rate:8.0f} sentences/s  ({share:.2f}x nanobert's time)")
-    print(f"nanobert fp32 is {result['speedup_fp32']:.2f}x transformers fp32", end="")
-    print(f"; bf16 {result['speedup_bf16']:.2f}x" if bf16 else "")
-    print(f"largest score difference, fp32: {difference:.2e} nats (limit {MAX_DIFFERENCE:g})")
-    if bf16:
-        print(f"largest score difference, bf16 against fp32: {result['max_abs_difference_bf16']:.2e} nats")
+        times, mine, library, fast = take_turns(ours, theirs, tokenizer, texts, rule, args.repeat)
+    result = figures(texts, rule, times, mine, library, fast)
+    print_report(result)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    difference = result["max_abs_difference_fp32"]
     if difference > MAX_DIFFERENCE:
         raise SystemExit(
             f"score_speed.py: the scores differ by {difference:.2e} nats, over {MAX_DIFFERENCE:g}"

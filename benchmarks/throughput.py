@@ -240,15 +240,8 @@ def side_figures(side, warmup: int, tokens: int, batch_size: int, flops: float, 
     return figures
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shape", choices=list(MODEL_PRESETS), default="mini")
-    p.add_argument("--seq-len", type=positive_int, default=128)
-    p.add_argument("--batch-size", type=positive_int, default=32)
-    p.add_argument("--vocab-size", type=int, default=30522, help="30522 = BERT's; the CPU target uses 8192")
-    p.add_argument(
-        "--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu"
-    )
+def add_compile_options(p: argparse.ArgumentParser) -> None:
+    """How both sides are compiled: --compile, --cuda-graphs, --static-shapes, --compile-backend."""
     p.add_argument("--compile", action="store_true", help="torch.compile both models")
     p.add_argument(
         "--cuda-graphs",
@@ -264,6 +257,18 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="eager: dynamo traces, no code generated (a quick CPU check of the compiled path); cudagraphs: "
         "CUDA graphs without inductor's code generation",
     )
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shape", choices=list(MODEL_PRESETS), default="mini")
+    p.add_argument("--seq-len", type=positive_int, default=128)
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--vocab-size", type=int, default=30522, help="30522 = BERT's; the CPU target uses 8192")
+    p.add_argument(
+        "--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu"
+    )
+    add_compile_options(p)
     p.add_argument("--check-syncs", action="store_true", help="report host syncs in one eager step per side")
     p.add_argument(
         "--profile-steps",
