@@ -14,7 +14,7 @@ too), so that a newcomer knows where a change belongs. Four rules say what the o
 
 Imports inside functions are for optional third-party packages only, and for the CLI's start-up speed. No
 module is over 450 lines (model.py, the paper in one file, excepted), no function over 60, no CLI command
-over 30.
+over 30; the scripts in benchmarks/ are held to the same module and function sizes.
 """
 
 import ast
@@ -28,6 +28,9 @@ from nanobert.cli import build_parser
 SRC = Path(nanobert.__file__).parent
 ROOT = SRC.parents[1]
 PAGE = ROOT / "docs" / "code-layout.md"  # the tree as users read it
+# Held to the package's sizes too. examples/ is not: pretrain_minimal.py is the flat loop on purpose, the
+# short path beside the engine that tests/test_pretrain_minimal.py pins to it.
+BENCHMARKS = ROOT / "benchmarks"
 
 # The roles, lowest first. A top-level module is a role of its own; a folder is one role.
 ROLES = [
@@ -213,11 +216,13 @@ def test_imports_inside_functions_are_optional_packages_or_the_cli():
 
 def test_sizes_a_newcomer_can_hold():
     too_long = []
-    for path in sorted(SRC.rglob("*.py")) + sorted((ROOT / "benchmarks").glob("*.py")):
+    scripts = sorted(BENCHMARKS.glob("*.py"))
+    for path in sorted(SRC.rglob("*.py")) + scripts:
         lines = len(path.read_text().splitlines())
         if lines > MAX_MODULE_LINES and path != SRC / "model.py":
             too_long.append(f"{path.relative_to(ROOT)} has {lines} lines (limit {MAX_MODULE_LINES})")
-    for name, tree in modules().items():
+    trees = modules() | {f"benchmarks/{p.name}": ast.parse(p.read_text()) for p in scripts}
+    for name, tree in trees.items():
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 length = node.end_lineno - node.lineno + 1
