@@ -161,6 +161,7 @@ WHAT_YOU_GET = Table(
         Column("steps", "steps", "int"),
         Column("mlm_accuracy", "MLM accuracy", "dec3"),
         Column("nsp_accuracy", "NSP", "dec3"),
+        Column("stsb", "STS-B", "dec3"),
         Column("blimp", "BLiMP", "pct1"),
         Column("sst2", "SST-2", "dec3"),
     ),

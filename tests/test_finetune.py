@@ -226,7 +226,9 @@ def test_from_scratch_control_uses_berts_position_spread(pretrained):
     warm = build_classifier(pre, 2, "classification", False, seed=0)
     cold = build_classifier(pre, 2, "classification", True, seed=0)
     assert warm.config.position_embedding_scale == 3.0 and cold.config.position_embedding_scale == 1.0
-    spread = cold.bert.embeddings.position_embeddings.weight.std().item()
+    table = cold.bert.embeddings.position_embeddings.weight
+    # The recipes' roles start leaves the position rows' second half at zero; the spread is the first half's.
+    spread = table[:, table.abs().sum(0) > 0].std().item()
     assert spread == pytest.approx(pre.config.initializer_range, rel=0.2)  # not 3x that
 
 
