@@ -62,40 +62,8 @@ def cls_at_the_centre(model: BertForPreTraining, positions: int = 128) -> None:
     model.bert.embeddings.word_embeddings.weight[CLS_ID].zero_()
 
 
-@torch.no_grad()
-def heads_by_role(model: BertForPreTraining, self_score: float = 8.0) -> None:
-    """Mimetic attention split by role: the position and segment rows live in the first half of the
-    dimensions, and in every layer head 0's queries and keys (one copy of the other) read that half only
-    (where a token is: it attends to its neighbours), the other heads' the second half only (what a token
-    is: it attends to the same word wherever it is, in either segment). Each head's scale is set from the
-    embeddings' real spread in its half, so that a token's score with itself averages `self_score`."""
-    H = model.config.hidden_size
-    nh = model.config.num_attention_heads
-    hd, half = H // nh, H // 2
-    emb = model.bert.embeddings
-    emb.position_embeddings.weight[:, half:] = 0.0
-    emb.token_type_embeddings.weight[:, half:] = 0.0
-    # a sample of first-layer inputs: random tokens at random positions, either segment
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(NUM_SPECIAL_TOKENS, emb.word_embeddings.num_embeddings, (4096,), generator=g)
-    pos = torch.randint(0, 128, (4096,), generator=g)
-    seg = torch.randint(0, 2, (4096,), generator=g)
-    x = emb.layer_norm(
-        emb.word_embeddings(ids) + emb.position_embeddings(pos) + emb.token_type_embeddings(seg)
-    )
-    for layer in model.bert.layers:
-        qkv = layer.attention.qkv
-        w = torch.zeros(H, H)
-        for h in range(nh):
-            cols = slice(0, half) if h == 0 else slice(half, H)
-            block = torch.randn(hd, half)
-            score = ((x[:, cols] @ block.T) ** 2).sum(-1).mean() / hd**0.5  # mean self-score at scale 1
-            w[h * hd : (h + 1) * hd, cols] = block * (self_score / score) ** 0.5
-        qkv.weight[:H] = w
-        qkv.weight[H : 2 * H] = w
-
-
-STARTS = {"cls-centre": cls_at_the_centre, "heads-by-role": heads_by_role}
+# Starts the model has no option for; the roles start is `--set attention_init=roles`.
+STARTS = {"cls-centre": cls_at_the_centre}
 
 
 def force_cls_attention(model: BertForPreTraining, mode: str) -> None:

@@ -388,7 +388,6 @@ def roles_init(embeddings: Embeddings, layers: nn.ModuleList, config: ModelConfi
     mean_var = (where_var + what_var) / 2
     for layer in layers:
         qkv = layer.attention.qkv
-        qkv.weight[: 2 * H] = 0.0
         w_q = torch.zeros(H, H, device=qkv.weight.device)
         for h in range(nh):
             cols = slice(0, half) if h < nh // 2 else slice(half, H)
