@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -192,15 +193,36 @@ def evaluating(model: torch.nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
+def software_versions() -> dict[str, str]:
+    """The versions a run's numbers depend on: a seed reproduces a run with these, on one machine."""
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            return "not installed"
+
+    return {
+        "python": platform.python_version(),
+        "nanobert": installed("nanobert"),
+        "torch": torch.__version__,
+        "tokenizers": installed("tokenizers"),
+        "numpy": installed("numpy"),
+    }
+
+
 def hardware_description(device: torch.device, world_size: int = 1) -> dict[str, Any]:
-    """What ran a job, for summary.json: device, processes, torch version, CPU count and threads, the GPU."""
+    """What ran a job, for summary.json: device, processes, torch version, CPU count and threads, the GPU,
+    and the versions of the packages the numbers depend on (`software_versions`)."""
     info = {
         "device": device.type,
         "world_size": world_size,
         "torch": torch.__version__,
+        "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
         "torch_threads": torch.get_num_threads(),
+        "versions": software_versions(),
     }
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
@@ -217,5 +239,6 @@ __all__ = [
     "cpu_name",
     "hardware_description",
     "resolve_device",
+    "software_versions",
     "time_steps",
 ]

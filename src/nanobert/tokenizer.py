@@ -14,6 +14,7 @@ skip it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -45,6 +46,7 @@ __all__ = [
     "load_tokenizer",
     "pad",
     "save_tokenizer",
+    "tokenizer_digest",
     "train_tokenizer",
     "truncate_pair",
 ]
@@ -140,20 +142,25 @@ def train_tokenizer(
     if not texts:
         raise NanobertError("cannot train a tokenizer on empty text; check that the corpus has sentences")
 
-    # The trainer breaks ties between equally frequent merges by Rust hash-map order, which changes from
-    # process to process: the same corpus can give different ids, and now and then a different token set.
-    # So we train a little past vocab_size, count how often the encoder actually uses each piece, and keep
-    # the most used ones with ties broken by the string: the same corpus always gives the same vocabulary.
+    # The trainer breaks ties between equally frequent merges by the ids of the two pieces, and it numbers
+    # the `##` continuation pieces in the order it meets them in a hash map, which changes from process to
+    # process (huggingface/tokenizers issue 1794): on a corpus small enough to run out of merges the same
+    # text gave a different vocabulary now and then. So nothing is left for the hash order to decide: the
+    # alphabet is chosen here (`_alphabet`), and every `##` twin is handed to the trainer with the special
+    # tokens, so every piece the merges start from has a fixed id before the trainer reads a word.
+    alphabet = _alphabet(texts, (vocab_size - NUM_SPECIAL_TOKENS) // 2)
+    # On a large corpus the trainer also stops at a size inside a run of equally frequent merges; training
+    # a little past vocab_size and keeping the most used pieces (ties by string) makes the cut canonical.
     margin = max(8, vocab_size // 32)
     candidate = _empty_tokenizer()
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size + margin,
         min_frequency=min_frequency,
-        special_tokens=list(SPECIAL_TOKENS),
-        # The trainer always keeps every character and its `##` twin, even past vocab_size; capping the
-        # alphabet at half the remaining room keeps the promise "at most vocab_size" on tiny vocabularies.
-        # Real corpora have far fewer distinct characters than (8192 - 5) / 2, so this never bites there.
-        limit_alphabet=(vocab_size - NUM_SPECIAL_TOKENS) // 2,
+        special_tokens=[*SPECIAL_TOKENS, *(f"##{c}" for c in alphabet)],
+        initial_alphabet=alphabet,
+        # Exactly the alphabet above: the characters given get the trainer's highest count, so the limit
+        # drops just the ones `_alphabet` left out.
+        limit_alphabet=len(alphabet),
         continuing_subword_prefix="##",
         show_progress=False,
     )
@@ -173,6 +180,20 @@ def train_tokenizer(
     return tokenizer
 
 
+def _alphabet(texts: list[str], limit: int) -> list[str]:
+    """The characters the vocabulary spells with: those of the normalised words, the `limit` most frequent
+    when there are more (ties by code point), sorted by code point. Room for each and its `##` twin is what
+    keeps the promise "at most vocab_size" on tiny vocabularies; real corpora have far fewer characters."""
+    normalizer = _empty_tokenizer().normalizer
+    counts: Counter[str] = Counter()
+    for text in texts:
+        counts.update(normalizer.normalize_str(text))
+    # What the pre-tokenizer splits on is no word's character (clean_text turned every space into " ").
+    chars = [c for c in counts if not c.isspace()]
+    kept = sorted(chars, key=lambda c: (-counts[c], c))[:limit]
+    return sorted(kept)
+
+
 def _canonical_vocab(candidate: Tokenizer, texts: list[str], vocab_size: int) -> dict[str, int]:
     """A deterministic vocabulary of at most `vocab_size` from a trained candidate tokenizer.
 
@@ -180,16 +201,19 @@ def _canonical_vocab(candidate: Tokenizer, texts: list[str], vocab_size: int) ->
     kept so every word stays encodable) sorted by string, then the other pieces by how often the candidate
     encoder uses them on `texts` (most used first, ties by string), cut at `vocab_size`.
     """
+    # Count with the trained pieces alone: the candidate also registered the `##` twins as special tokens,
+    # which would cut a literal "##a" out of a text before the WordPiece model saw it.
+    vocab = candidate.get_vocab(with_added_tokens=False)
+    counter = _empty_tokenizer()
+    counter.model = models.WordPiece(vocab=vocab, unk_token="[UNK]", continuing_subword_prefix="##")
     counts = Counter()
     for start in range(0, len(texts), 10_000):
-        for encoding in candidate.encode_batch(texts[start : start + 10_000], add_special_tokens=False):
+        for encoding in counter.encode_batch(texts[start : start + 10_000], add_special_tokens=False):
             counts.update(encoding.ids)
-    pieces = [t for t in candidate.get_vocab() if t not in SPECIAL_TOKENS]
+    pieces = [t for t in vocab if t not in SPECIAL_TOKENS]
     alphabet = sorted(t for t in pieces if len(t.removeprefix("##")) == 1)
     alphabet_set = set(alphabet)
-    others = sorted(
-        (t for t in pieces if t not in alphabet_set), key=lambda t: (-counts[candidate.token_to_id(t)], t)
-    )
+    others = sorted((t for t in pieces if t not in alphabet_set), key=lambda t: (-counts[vocab[t]], t))
     kept = list(SPECIAL_TOKENS) + alphabet + others[: max(0, vocab_size - NUM_SPECIAL_TOKENS - len(alphabet))]
     return {token: i for i, token in enumerate(kept)}
 
@@ -201,6 +225,18 @@ def _vocab_in_id_order(tokenizer: Tokenizer) -> list[str]:
     for token, token_id in vocab.items():
         tokens[token_id] = token
     return tokens
+
+
+def _vocab_text(tokenizer: Tokenizer) -> str:
+    """`vocab.txt`'s text: one token per line in id order (a token never holds a newline: the pre-tokenizer
+    splits on whitespace)."""
+    return "\n".join(_vocab_in_id_order(tokenizer)) + "\n"
+
+
+def tokenizer_digest(tokenizer: Tokenizer) -> str:
+    """The SHA-1 of the `vocab.txt` that `save_tokenizer` writes: two runs with the same digest tokenize
+    alike (the rest of the pipeline is fixed here), so a run's log and summary name its vocabulary by it."""
+    return hashlib.sha1(_vocab_text(tokenizer).encode("utf-8")).hexdigest()
 
 
 def save_tokenizer(
@@ -217,8 +253,7 @@ def save_tokenizer(
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer.save(str(directory / _TOKENIZER_FILE))
-    # One token per line; a token never contains a newline because the pre-tokenizer splits on whitespace.
-    (directory / _VOCAB_FILE).write_text("\n".join(_vocab_in_id_order(tokenizer)) + "\n", encoding="utf-8")
+    (directory / _VOCAB_FILE).write_text(_vocab_text(tokenizer), encoding="utf-8")
     special_tokens_map = {
         "unk_token": "[UNK]",
         "sep_token": "[SEP]",

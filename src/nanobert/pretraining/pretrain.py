@@ -48,7 +48,7 @@ from nanobert.config import ModelConfig, TrainConfig
 from nanobert.data.shards import PreparedSplit
 from nanobert.data.sources import DataSources
 from nanobert.data.streams import BatchStream, CorpusInstances, feeder
-from nanobert.device import autocast_dtype, hardware_description, resolve_device
+from nanobert.device import autocast_dtype, hardware_description, resolve_device, software_versions
 from nanobert.engine.distributed import Distributed, from_environment
 from nanobert.engine.loop import Job, Outcome, Plan, fit, run_summary
 from nanobert.engine.optimizer import build_optimizer
@@ -61,7 +61,7 @@ from nanobert.objectives.mlm_nsp import nsp_not_learned
 from nanobert.objectives.registry import OBJECTIVES, Objective, objective_of
 from nanobert.pretraining.resume import refuse_a_finished_run
 from nanobert.pretraining.size_rule import choose_size
-from nanobert.tokenizer import encode_documents, load_tokenizer, train_tokenizer
+from nanobert.tokenizer import encode_documents, load_tokenizer, tokenizer_digest, train_tokenizer
 from nanobert.use.plots import plot_curves
 
 
@@ -84,6 +84,7 @@ class _Setup:
     resume: Path | None = None
     resume_state: dict | None = None
     size_note: str | None = None  # how the run chose its size (`size_rule.choose_size`)
+    precision: dict[str, str] | None = None  # the autocast chosen and why, once `_job` has chosen
 
 
 def pretrain(
@@ -107,9 +108,8 @@ def pretrain(
     the run continues its original plan; `train_config` then only changes the length (max_steps counts all
     steps). `out_dir` may be the resumed run's directory or a new one, which then receives the run's earlier
     records too. `stop_after` ends the run after that many total steps without changing its schedule.
-    `tokenizer_dir` reuses a saved tokenizer instead of training one: Hugging Face's WordPiece trainer breaks
-    ties by hash order, so two trainings on one corpus now and then differ in a few rare pieces; sharing a
-    tokenizer makes separate runs (and ablations) exactly comparable. `sources.prepared` streams a corpus
+    `tokenizer_dir` reuses a saved tokenizer instead of training one (a trained one is a function of the
+    training text and the vocabulary settings alone, `train_tokenizer`). `sources.prepared` streams a corpus
     written by `nanobert prepare` (its tokenizer comes with it).
 
     Under torchrun (WORLD_SIZE > 1 in the environment) this runs data-parallel; see the module docstring.
@@ -314,6 +314,7 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
         train_model = DistributedDataParallel(train_model, device_ids=device_ids)
     objective = s.objective
     amp_dtype, why = _precision(s, objective)
+    s.precision = {"chosen": "bf16" if amp_dtype else "fp32", "why": why}
     extra = {
         "data": dataclasses.asdict(s.sources),
         "preset": preset,
@@ -345,11 +346,23 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
     )
     log = RunLog(s.out_dir, plan.total_steps, run.step, quiet, write=s.ctx.is_main)
     log.say(f"nanobert: precision {why}")
+    log.say(f"nanobert: {_reproduced_by(s)}")
     if s.size_note:
         log.say(f"nanobert: {s.size_note}")
     if s.resume is not None:
         _continue_records(s, run, log)
     return job, plan, run, log
+
+
+def _reproduced_by(setup: _Setup) -> str:
+    """The line that says what a rerun must match to give this run's numbers (docs/training.md)."""
+    versions = ", ".join(f"{name} {v}" for name, v in software_versions().items() if name != "python")
+    tokenizer = setup.tokenizer
+    return (
+        f"the same command reproduces this run with seed {setup.cfg.seed}, tokenizer "
+        f"{tokenizer_digest(tokenizer)[:12]} ({tokenizer.get_vocab_size()} pieces), "
+        f"{torch.get_num_threads()} threads, {versions}"
+    )
 
 
 def _precision(setup: _Setup, objective: Objective) -> tuple[torch.dtype | None, str]:
@@ -401,6 +414,8 @@ def _finish(
         **run_summary(run, outcome, wall_start, s.model, hardware_description(s.device, s.ctx.world_size)),
         "epochs": s.stream.epochs_done(outcome.data_state),
         "vocab_size": s.model.config.vocab_size,
+        "tokenizer_sha1": tokenizer_digest(s.tokenizer),  # of vocab.txt, as best/ and last/ hold it
+        "precision": s.precision,
         "preset": preset,
         "data": dataclasses.asdict(s.sources),
         "model": dataclasses.asdict(s.model.config),
