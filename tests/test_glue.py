@@ -1,16 +1,29 @@
-"""The GLUE tasks' records on tiny folders the tests write in each task's original layout: the nine
-layouts, the names, a malformed line, the hub's rows written in the same layouts."""
+"""`nanobert glue` on tiny GLUE folders the tests write in each task's original layout: the nine layouts, the
+table and its files, the control, seeds, skipped tasks, resuming, the one-line errors, the hub's path offline,
+and the figures `nanobert finetune` gives for the same run."""
 
+import csv
+import json
 import random
+import statistics
 
 import pytest
-from helpers import WORDS
+from helpers import WORDS, train_tiny_checkpoint
+from test_finetune import assert_one_line_error, run_cli
 
+from nanobert.cli import main
 from nanobert.data.labelled import read_texts
 from nanobert.data.tables import read_table
 from nanobert.errors import NanobertError
+from nanobert.finetuning import glue as glue_module
+from nanobert.finetuning.glue import glue
 from nanobert.finetuning.glue_data import check_task, hub_rows, local_tasks
 from nanobert.finetuning.glue_tasks import GLUE_TASKS, choose_tasks
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models train fastest on one thread
+
+QUICK = ["--epochs", "1", "--batch-size", "8", "--device", "cpu", "--precision", "fp32", "--quiet"]
+QUICK_CFG = dict(epochs=1, batch_size=8, device="cpu", precision="fp32")
 
 # ----------------------------------------------------------------------------------------------------------
 # Each task's files as GLUE distributes them: (train/dev header or None, test header, BOM), written here from
@@ -96,6 +109,11 @@ def write_original(
     return written
 
 
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    return train_tiny_checkpoint(tmp_path_factory.mktemp("pre"), steps=3)
+
+
 # ----------------------------------------------------------------------------------------------------------
 # The nine layouts
 
@@ -146,6 +164,274 @@ def test_a_malformed_line_names_the_task_the_file_and_the_line(tmp_path):
         check_task(files)
 
 
+# ----------------------------------------------------------------------------------------------------------
+# One call with the control and two seeds: the table and its files
+
+
+@pytest.fixture(scope="module")
+def glue_data(tmp_path_factory):
+    """CoLA (no header), MRPC (BOM, F1), STS-B (a score) and MNLI (two dev and test files), and SST-2 large
+    enough to be capped; the other four tasks missing."""
+    root = tmp_path_factory.mktemp("glue_data")
+    for name in ("cola", "mrpc", "stsb", "mnli"):
+        write_original(root / FOLDERS[name], name)
+    write_original(root / "sst2", "sst2", n=40)  # a lowercase folder, as the hub's names spell it
+    return root
+
+
+@pytest.fixture(scope="module")
+def table_run(pretrained, glue_data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("glue") / "out"
+    argv = [
+        "glue",
+        pretrained,
+        "--data",
+        glue_data,
+        "--control",
+        "scratch",
+        "--seeds",
+        "1",
+        "2",
+        "--out",
+        out,
+    ]
+    argv += ["--max-train-examples", "30", *QUICK]
+    code = main([str(a) for a in argv])
+    assert code == 0
+    return out
+
+
+def test_the_table_has_every_metric_the_control_and_the_difference(table_run):
+    report = json.loads((table_run / "glue.json").read_text())
+    assert report["tasks"] == ["CoLA", "SST-2", "MRPC", "STS-B", "MNLI"]
+    assert set(report["skipped"]) == {"QQP", "QNLI", "RTE", "WNLI"}
+    runs = {(r["task"], r["init"], r["seed"]): r["metrics"] for r in report["runs"]}
+    assert len(runs) == 5 * 2 * 2
+    assert set(runs[("mnli", "scratch", 2)]) == {"m_accuracy", "mm_accuracy"}
+    assert set(runs[("mrpc", "pretrained", 1)]) == {"f1", "accuracy"}
+    for task, by_key in report["metrics"].items():
+        name = next(t.name for t in GLUE_TASKS.values() if t.title == task)
+        for key, by_init in by_key.items():
+            for init in ("pretrained", "scratch"):
+                values = [runs[(name, init, seed)][key] for seed in (1, 2)]
+                assert by_init[init]["mean"] == pytest.approx(statistics.fmean(values))
+                assert by_init[init]["std"] == pytest.approx(statistics.stdev(values))
+            diff = by_init["pretrained"]["mean"] - by_init["scratch"]["mean"]
+            assert report["difference"]["metrics"][task][key] == pytest.approx(diff)
+    for init in ("pretrained", "scratch"):  # each task's metrics averaged first, then the tasks
+        scores = [
+            statistics.fmean(by_key[k][init]["mean"] for k in by_key) for by_key in report["metrics"].values()
+        ]
+        assert report["glue_score"][init]["mean"] == pytest.approx(statistics.fmean(scores))
+    table = (table_run / "glue.md").read_text()
+    assert "| task | metric | pretrained | scratch | difference |" in table
+    assert "| MNLI | accuracy (mm) |" in table and "| MRPC | F1 |" in table and "| CoLA | MCC |" in table
+    assert "**GLUE score** | mean of 5 task scores" in table and " ± " in table
+    assert "Not run, their files missing" in table and "QQP (no folder)" in table
+    assert "SST-2 30 of 40" in table  # capped, and said so; CoLA (24, not a large task) is not
+
+
+def test_csv_png_runs_and_the_files_for_the_glue_server(table_run):
+    with open(table_run / "glue.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["task", "init", "seed", "metric", "value", "seconds"]
+    assert len(rows) == 2 * 2 * (
+        1 + 1 + 2 + 2 + 2
+    )  # inits x seeds x metrics of CoLA, SST-2, MRPC, STS-B, MNLI
+    assert (table_run / "glue.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = json.loads((table_run / "mnli" / "scratch-seed2" / "summary.json").read_text())
+    assert summary["init"] == "scratch" and summary["finetune"]["seed"] == 2
+    cola = json.loads((table_run / "cola" / "pretrained-seed1" / "summary.json").read_text())
+    assert cola["metric"] == "mcc"  # CoLA's best epoch is chosen on its GLUE metric
+    assert len((table_run / "sst2" / "train-30.tsv").read_text().splitlines()) == 31  # header + 30
+    server = sorted(p.name for p in (table_run / "submission").iterdir())
+    assert server == ["CoLA.tsv", "MNLI-m.tsv", "MNLI-mm.tsv", "MRPC.tsv", "SST-2.tsv", "STS-B.tsv"]
+    mnli = (table_run / "submission" / "MNLI-mm.tsv").read_text().splitlines()
+    assert mnli[0] == "index\tprediction" and len(mnli) == 6
+    assert {line.split("\t")[1] for line in mnli[1:]} <= {"entailment", "neutral", "contradiction"}
+    for line in (table_run / "submission" / "STS-B.tsv").read_text().splitlines()[1:]:
+        float(line.split("\t")[1])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The same figures as `nanobert finetune`
+
+
+def test_seed_one_equals_nanobert_finetune_to_the_digit(pretrained, glue_data, tmp_path, capsys):
+    common = ["--seed", "1", *QUICK]
+    runs = {
+        "sst2": ["--text-col", "sentence", "--label-col", "label"],
+        "stsb": ["--task", "regression", "--text-col", "sentence1", "--text-pair-col", "sentence2"]
+        + ["--label-col", "score"],
+    }
+    found = {}
+    for name, columns in runs.items():
+        folder = glue_data / FOLDERS.get(name, name) if name != "sst2" else glue_data / "sst2"
+        argv = ["finetune", pretrained, "--train", folder / "train.tsv", "--dev", folder / "dev.tsv"]
+        code, out, err = run_cli(capsys, *argv, *columns, *common, "--out", tmp_path / name)
+        assert code == 0, err
+        found[name] = json.loads(out)["dev"]
+    code, out, err = run_cli(capsys, "glue", pretrained, "--data", glue_data, "--tasks", "SST-2", "STS-B",
+                             "--out", tmp_path / "glue", *QUICK)  # fmt: skip
+    assert code == 0, err
+    runs = {
+        r["task"]: r["metrics"] for r in json.loads((tmp_path / "glue" / "glue.json").read_text())["runs"]
+    }
+    assert runs["sst2"]["accuracy"] == found["sst2"]["accuracy"]
+    assert runs["stsb"] == {"pearson": found["stsb"]["pearson"], "spearman": found["stsb"]["spearman"]}
+    assert f"{found['stsb']['pearson']:.4f}" in out  # the printed table shows the same digits
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Resuming
+
+
+def counting(monkeypatch, fail_at: int | None = None, signal_at: int | None = None) -> list:
+    """Count glue's `finetune` calls; Ctrl-C outside the loop at call `fail_at`, or a run the loop stopped
+    for SIGINT at call `signal_at`."""
+    calls, real = [], glue_module.finetune
+
+    def wrapped(*args, **kwargs):
+        calls.append(args[4])
+        if len(calls) == fail_at:
+            raise KeyboardInterrupt
+        summary = real(*args, **kwargs)
+        return {**summary, "stopped_by_signal": 2} if len(calls) == signal_at else summary
+
+    monkeypatch.setattr(glue_module, "finetune", wrapped)
+    return calls
+
+
+def test_an_interrupted_call_resumes_without_redoing_finished_runs(
+    pretrained, glue_data, tmp_path, monkeypatch, capsys
+):
+    argv = ["glue", pretrained, "--data", glue_data, "--tasks", "cola", "mrpc", "--seeds", "1", "2"]
+    argv += ["--out", tmp_path / "out", *QUICK]
+    calls = counting(monkeypatch, fail_at=3)
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 130 and err.endswith("nanobert: interrupted")
+    table = (tmp_path / "out" / "glue.md").read_text()  # CoLA's two runs finished: its table, whole
+    assert "| CoLA | MCC |" in table and "MRPC" not in table.split("**GLUE score**")[0]
+    assert not list((tmp_path / "out").glob(".glue.md.tmp*"))
+    finished = {p: p.stat().st_mtime_ns for p in (tmp_path / "out" / "cola").glob("*/summary.json")}
+    calls = counting(monkeypatch, signal_at=1)  # now SIGINT stops MRPC's first run inside the loop
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 130 and [c.name for c in calls] == ["pretrained-seed1"]
+    assert "Stopped by a signal" in (tmp_path / "out" / "glue.md").read_text()
+    calls = counting(monkeypatch)
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 0, err
+    assert [str(c.relative_to(tmp_path / "out")) for c in calls] == [
+        "mrpc/pretrained-seed1",
+        "mrpc/pretrained-seed2",
+    ]
+    assert {p: p.stat().st_mtime_ns for p in finished} == finished  # CoLA's runs were kept, not redone
+    assert "| MRPC | F1 |" in out
+    calls = counting(monkeypatch)
+    assert run_cli(capsys, *argv)[0] == 0 and calls == []  # all done: nothing trains
+
+
+def test_other_options_never_replace_earlier_runs_unless_asked(
+    pretrained, glue_data, tmp_path, monkeypatch, capsys
+):
+    out = tmp_path / "out"
+    argv = ["glue", pretrained, "--data", glue_data, "--tasks", "cola", "--out", out, *QUICK]
+    assert run_cli(capsys, *argv)[0] == 0
+    before = (out / "cola" / "pretrained-seed1" / "summary.json").read_bytes()
+    code, _, err = run_cli(capsys, *argv, "--learning-rate", "1e-3")
+    assert_one_line_error(code, err, "other options (finetune.learning_rate)", "--overwrite")
+    assert (out / "cola" / "pretrained-seed1" / "summary.json").read_bytes() == before
+    calls = counting(monkeypatch)
+    assert run_cli(capsys, *argv, "--learning-rate", "1e-3", "--overwrite")[0] == 0 and len(calls) == 1
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    code, _, err = run_cli(capsys, "glue", pretrained, "--data", glue_data, "--out", other, *QUICK)
+    assert_one_line_error(code, err, "holds other files")
+    assert (other / "notes.txt").read_text() == "mine"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Bad input: one line, exit code 2
+
+
+def test_bad_input_gets_one_line(pretrained, glue_data, table_run, tmp_path, capsys):
+    base = ["--out", tmp_path / "out", *QUICK]
+    code, _, err = run_cli(capsys, "glue", pretrained, "--data", glue_data, "--tasks", "cola", "sst3", *base)
+    assert_one_line_error(code, err, "unknown GLUE task 'sst3'", "cola, sst2, mrpc")
+    finetuned = table_run / "cola" / "pretrained-seed1" / "best"
+    code, _, err = run_cli(capsys, "glue", finetuned, "--data", glue_data, *base)
+    assert_one_line_error(code, err, "sequence_classification checkpoint, not a pretraining checkpoint")
+    code, _, err = run_cli(capsys, "glue", pretrained.parent, "--data", glue_data, *base)
+    assert_one_line_error(code, err, "not a nanobert checkpoint")
+    (tmp_path / "empty").mkdir()
+    code, _, err = run_cli(capsys, "glue", pretrained, "--data", tmp_path / "empty", *base)
+    assert_one_line_error(code, err, "holds none of the GLUE tasks")
+    code, _, err = run_cli(capsys, "glue", pretrained, "--data", tmp_path / "nowhere", *base)
+    assert_one_line_error(code, err, "no such folder")
+    bad = tmp_path / "bad"
+    write_original(bad / "MRPC", "mrpc")
+    path = bad / "MRPC" / "train.tsv"
+    path.write_text(path.read_text().replace("#2 String", "#2 Sentence"))
+    code, _, err = run_cli(capsys, "glue", pretrained, "--data", bad, *base)
+    assert_one_line_error(code, err, "MRPC: ", "train.tsv has no column '#2 String'")
+    code, _, err = run_cli(capsys, "glue", pretrained, "--data", glue_data, "--control", "random", *base)
+    assert_one_line_error(code, err, "invalid choice")
+    code, _, err = run_cli(capsys, "glue", pretrained, "--data", glue_data, "--seeds", "1", "1", *base)
+    assert_one_line_error(code, err, "different seeds")
+    assert not (tmp_path / "out").exists()  # nothing was written by any of them
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The hub's copy, offline
+
+
+def hub_split(datasets, name: str, split: str, n: int = 12):
+    """A tiny `datasets.Dataset` shaped like the hub's GLUE configuration `name` (test labels are -1)."""
+    task, rng = GLUE_TASKS[name], random.Random(split)
+    text, pair = task.hub
+    columns = {text: [sentence(rng) for _ in range(n)], "idx": list(range(n))}
+    if pair is not None:
+        columns[pair] = [sentence(rng) for _ in range(n)]
+    test = split.startswith("test")
+    if task.labels is None:
+        columns["label"] = [-1.0 if test else rng.uniform(0, 5) for _ in range(n)]
+    else:
+        columns["label"] = [-1 if test else i % len(task.labels) for i in range(n)]
+    return datasets.Dataset.from_dict(columns)
+
+
+def test_without_data_the_tasks_come_from_the_hub(pretrained, tmp_path, monkeypatch, capsys):
+    datasets = pytest.importorskip("datasets")
+    calls = []
+
+    def fake_load_dataset(path, name, split):
+        calls.append((path, name, split))
+        return hub_split(datasets, name, split)
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    monkeypatch.setattr("nanobert.finetuning.glue_data.hub_reachable", lambda: True)
+    out = tmp_path / "out"
+    report = glue(
+        pretrained,
+        out,
+        tasks=["rte", "cola", "mnli"],
+        cfg=glue_module.FinetuneConfig(**QUICK_CFG),
+        quiet=True,
+    )
+    assert ("nyu-mll/glue", "mnli", "validation_mismatched") in calls and len(calls) == 3 + 3 + 5
+    assert report["tasks"] == ["CoLA", "MNLI", "RTE"] and report["data"] == "the hub's nyu-mll/glue"
+    rte = (out / "data" / "rte" / "train.tsv").read_text().splitlines()
+    assert rte[0] == "sentence1\tsentence2\tlabel" and rte[1].endswith("\tentailment")  # the hub's id 0
+    cola = (out / "data" / "cola" / "train.tsv").read_text().splitlines()
+    assert cola[1].split("\t")[:3] == ["", "1", ""]  # headerless, the label where CoLA keeps it
+    assert (out / "submission" / "RTE.tsv").read_text().startswith("index\tprediction\n0\t")
+    monkeypatch.setattr(datasets, "load_dataset", None)  # a second call reads the files it wrote
+    assert glue(pretrained, out, tasks=["rte"], cfg=glue_module.FinetuneConfig(**QUICK_CFG), quiet=True)[
+        "tasks"
+    ]
+
+
 def test_hub_rows_are_the_tasks_own_layout():
     rows = [{"sentence": "a b .", "label": 1, "idx": 0}, {"sentence": "c\td .", "label": 0, "idx": 1}]
     assert hub_rows(GLUE_TASKS["sst2"], rows, True) == [["sentence", "label"], ["a b .", "1"], ["c d .", "0"]]
@@ -159,3 +445,18 @@ def test_hub_rows_are_the_tasks_own_layout():
         ["sentence1", "sentence2", "score"],
         ["a", "b", "3.8"],
     ]
+
+
+def test_the_cli_lists_the_tasks_of_the_registry():
+    from nanobert.cli.finetuning import _GLUE_NAMES
+
+    assert _GLUE_NAMES.split() == list(GLUE_TASKS)
+
+
+def test_the_default_out_is_named_after_the_checkpoints_run(tmp_path):
+    from pathlib import Path
+
+    from nanobert.finetuning.glue import default_out
+
+    assert default_out(tmp_path / "first" / "best") == Path("runs/glue-first")
+    assert default_out(tmp_path / "imported") == Path("runs/glue-imported")

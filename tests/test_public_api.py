@@ -32,6 +32,7 @@ EXPORTS = [
     "evaluate_checkpoint",
     "export_hf",
     "finetune_classifier",
+    "glue",
     "import_hf",
     "load",
     "load_blimp",
@@ -68,6 +69,11 @@ COMMANDS = {
         "--max-train-examples --metric --no-fresh-pooler --no-symmetric-pairs --null-score-threshold "
         "--out --overwrite --precision --quiet --seed --symmetric-pairs --task --test --text-col "
         "--text-pair-col --train --warmup-ratio --weight-decay checkpoint"
+    ),
+    "glue": (
+        "--batch-size --control --data --device --dropout --epochs --fresh-pooler --layer-lr-decay "
+        "--learning-rate --max-seq-len --max-train-examples --no-fresh-pooler --out --overwrite --precision "
+        "--quiet --seeds --tasks --warmup-ratio --weight-decay checkpoint"
     ),
     "predict": (
         "--batch-size --device --encoding --format --input --null-score-threshold --out --text-col "

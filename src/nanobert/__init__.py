@@ -14,7 +14,8 @@ The Python API, in the order of notebooks/bert_from_scratch.ipynb (which walks a
 - what the model knows: `score_sentences` ((pseudo-)log-likelihoods of many sentences), `load_blimp` and
   `evaluate_blimp` (BLiMP's minimal pairs);
 - fine-tuning: `TaskSpec`, `FinetuneConfig`, `finetune_classifier`, `predict_texts`, `predict` (a file),
-  `load_finetuned`; transformers: `export_hf`, `import_hf`.
+  `load_finetuned`, `glue` (every GLUE task, beside the from-scratch control); transformers: `export_hf`,
+  `import_hf`.
 
 Each CLI subcommand calls one of these (`nanobert.cli`). The names are imported lazily, so `import nanobert`
 is cheap and has no side effects; each resolves on first use. No name is also a module's (importing a
@@ -68,6 +69,7 @@ _EXPORTS = {
     "predict_texts": "nanobert.use.classifier",
     "predict": "nanobert.use.classifier",
     "load_finetuned": "nanobert.checkpoints.checkpoint",
+    "glue": "nanobert.finetuning.glue",
     # transformers
     "export_hf": "nanobert.hf.export_hf",
     "import_hf": "nanobert.hf.import_hf",

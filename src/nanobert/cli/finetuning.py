@@ -1,5 +1,5 @@
-"""The fine-tuning commands: `finetune` (a classifier or, --task qa, a question-answering model), and a
-fine-tuned model's `predict` and `answer`."""
+"""The fine-tuning commands: `finetune` (a classifier or, --task qa, a question-answering model), `glue`
+(every GLUE task, and the from-scratch control), and a fine-tuned model's `predict` and `answer`."""
 
 from __future__ import annotations
 
@@ -207,6 +207,62 @@ def _cmd_finetune_qa(args) -> int:
     return exit_code(summary)
 
 
+# The GLUE tasks as --tasks names them (finetuning.glue_tasks.GLUE_TASKS, not imported at start-up).
+_GLUE_NAMES = "cola sst2 mrpc stsb qqp mnli qnli rte wnli"
+
+
+def _add_glue(sub) -> None:
+    help = "fine-tune a pretrained checkpoint on every GLUE task, beside its from-scratch control"
+    p = command(sub, "glue", _cmd_glue, help)
+    p.add_argument("checkpoint", metavar="CKPT", help="a pretraining checkpoint, e.g. RUN/best")
+    p.add_argument(
+        "--data",
+        metavar="DIR",
+        help="the GLUE files in glue_data's layout (CoLA/train.tsv, SST-2/dev.tsv, ...; lowercase folders "
+        "too); default: the Hugging Face hub's nyu-mll/glue (pip install nanobert[hf])",
+    )
+    p.add_argument(
+        "--tasks",
+        nargs="+",
+        metavar="TASK",
+        help=f"some of: {_GLUE_NAMES} (default: all; SST-2 spellings too)",
+    )
+    p.add_argument(
+        "--control",
+        choices=["scratch"],
+        help="also fine-tune from the checkpoint's untrained start (finetune --from-scratch), same seeds",
+    )
+    p.add_argument(
+        "--seeds", nargs="+", type=int, default=[1], metavar="N", help="mean ± std over these (default: 1)"
+    )
+    p.add_argument(
+        "--max-train-examples",
+        type=positive_int,
+        metavar="N",
+        help="train SST-2, QQP, MNLI and QNLI on a seeded random N of their examples, for a quick look",
+    )
+    p.add_argument("--out", help="default: runs/glue-RUN; the same command again resumes there")
+    _add_training_options(p)
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="default: auto (CUDA when present)")
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16"], help="default: auto, as for finetune")
+    job_options(p, "replace the runs an earlier glue left in --out with other options")
+
+
+def _cmd_glue(args) -> int:
+    """Fine-tune a pretraining checkpoint on each GLUE task with finetune's defaults (each task's columns,
+    header, labels and dev files built in) and print the GLUE table; OUT also holds glue.json, glue.csv,
+    glue.png, every run, and the test-set predictions for the GLUE server. Run the same command again after an
+    interruption: the finished runs are kept."""
+    from nanobert.config import FinetuneConfig
+    from nanobert.finetuning.glue import glue
+
+    cfg = _finetune_config(FinetuneConfig, args)
+    keys = ("data", "tasks", "control", "seeds", "max_train_examples", "overwrite", "quiet")
+    report = glue(args.checkpoint, args.out, cfg=cfg, **{k: getattr(args, k) for k in keys})
+    print(report["table"], end="")
+    return exit_code(report)
+
+
 def _add_predict(sub) -> None:
     help = "label a CSV/TSV/JSONL file with a fine-tuned model, or answer a SQuAD file's questions"
     p = command(sub, "predict", _cmd_predict, help)
@@ -304,5 +360,6 @@ def _cmd_answer(args) -> int:
 
 def add_commands(sub) -> None:
     _add_finetune(sub)
+    _add_glue(sub)
     _add_predict(sub)
     _add_answer(sub)

@@ -1,0 +1,406 @@
+"""`nanobert glue`: a pretraining checkpoint fine-tuned on every GLUE task and scored as the papers score it,
+beside its from-scratch control.
+
+Each (task, init, seed) is one `finetune` run with `finetune`'s own defaults, as `nanobert finetune` runs it
+with the task's columns and `--seed N` (and `--from-scratch` for the control), written to
+OUT/TASK/INIT-seedN/. Its best epoch is then scored on each of the task's dev files with the task's GLUE
+metrics (`glue_tasks.py`; `finetune`'s own figures where it has them, so they agree to the digit), and the
+result is kept beside the run (glue-result.json). A rerun of the same command finds those results and does
+not train their runs again, so an interrupted `nanobert glue` picks up where it stopped; OUT/glue-options.json
+says which checkpoint, data and settings its results belong to, so that another command never mixes its runs
+with them (nor replaces them, unless asked). The first seed's pretrained model labels the test files for the
+GLUE server (OUT/submission/). The table, JSON, CSV and picture are `glue_report.py`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nanobert.checkpoints.checkpoint import WEIGHTS_NAME, load_finetuned, read_config
+from nanobert.checkpoints.kinds import KINDS, checkpoint_kind, wrong_kind
+from nanobert.config import FinetuneConfig
+from nanobert.data.labelled import load_split, read_texts
+from nanobert.data.tables import read_table
+from nanobert.device import autocast_dtype, resolve_device
+from nanobert.errors import NanobertError
+from nanobert.files import atomic_file, check_output_folder, check_room, within
+from nanobert.finetuning.classification import ClassifierTask, finetune
+from nanobert.finetuning.glue_data import HUB, TaskFiles, cap_train, check_task, hub_tasks, local_tasks
+from nanobert.finetuning.glue_report import build_report, write_report
+from nanobert.finetuning.glue_tasks import GlueTask, choose_tasks
+from nanobert.finetuning.task import default_epochs
+from nanobert.use.classifier import classify, split_outputs
+
+INITS = {"pretrained": False, "scratch": True}  # an init -> finetune's from_scratch
+CONTROLS = ("scratch",)  # what --control may ask for besides the pretrained start
+OPTIONS_NAME, RESULT_NAME, SUBMISSION = "glue-options.json", "glue-result.json", "submission"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One fine-tuning run of a `glue` call."""
+
+    task: GlueTask
+    init: str
+    seed: int
+
+    def folder(self, out: Path) -> Path:
+        return out / self.task.name / f"{self.init}-seed{self.seed}"
+
+
+@dataclass
+class GlueJob:
+    """What every run of one `glue` call shares."""
+
+    checkpoint: Path
+    out: Path
+    cfg: FinetuneConfig
+    inits: tuple[str, ...]
+    seeds: tuple[int, ...]
+    options: dict[str, Any]  # what a kept result must have been made with (glue-options.json)
+    quiet: bool
+
+    def runs(self, task: GlueTask) -> list[Run]:
+        return [Run(task, init, seed) for init in self.inits for seed in self.seeds]
+
+    def say(self, text: str) -> None:
+        if not self.quiet:
+            print(text, file=sys.stderr, flush=True)
+
+
+def glue(
+    checkpoint: str | Path,
+    out: str | Path | None = None,
+    *,
+    data: str | Path | None = None,
+    tasks: list[str] | None = None,
+    control: str | None = None,
+    seeds: tuple[int, ...] | list[int] = (1,),
+    max_train_examples: int | None = None,
+    cfg: FinetuneConfig | None = None,
+    overwrite: bool = False,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Fine-tune a pretraining checkpoint on each GLUE task (`tasks`, default all nine; GLUE's spellings
+    work) with every seed in `seeds`, and with `control="scratch"` the same from its untrained start; write
+    the GLUE table (OUT/glue.md, .json, .csv, .png), each run's directory and the test-set predictions.
+
+    `data` is a `glue_data/`-style folder (tasks whose files are missing are skipped and named); None takes
+    the tasks from the Hugging Face hub. `max_train_examples` caps the large tasks' training sets. `cfg` is
+    the fine-tuning every run shares (its seed is each run's). `out` defaults to runs/glue-RUN; calling again
+    with the same arguments keeps the runs that finished. Returns the report (`glue_report.build_report`),
+    whose "table" is glue.md's text and "stopped_by_signal" says if a signal cut the call short.
+    """
+    cfg = cfg or FinetuneConfig()
+    chosen = choose_tasks(tasks)
+    if max_train_examples is not None and max_train_examples < 1:
+        raise NanobertError(f"--max-train-examples {max_train_examples}: give a number of at least 1")
+    out = Path(out) if out is not None else default_out(checkpoint)
+    options = run_options(checkpoint, data, max_train_examples, cfg)
+    job = GlueJob(Path(checkpoint), out, cfg, choose_inits(control), check_seeds(seeds), options, quiet)
+    check_checkpoint(job.checkpoint)
+    check_out(job.out, job.options, overwrite, (job.checkpoint, *([Path(data)] if data is not None else [])))
+    if data is not None:  # every file read and checked before the output folder is touched
+        found, skipped = local_tasks(data, chosen)
+        found = [check_task(files) for files in found]
+        claim_out(job)
+    else:
+        claim_out(job)
+        found, skipped = [check_task(files) for files in hub_tasks(chosen, job.out / "data", job.say)], {}
+    found = [cap_train(files, max_train_examples, job.out / files.task.name) for files in found]
+    if skipped:
+        job.say(f"nanobert: glue: not in {data}: " + ", ".join(f"{t} ({why})" for t, why in skipped.items()))
+    return run_tasks(job, found, skipped)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The arguments, checked before anything is written
+
+
+def choose_inits(control: str | None) -> tuple[str, ...]:
+    if control is not None and control not in CONTROLS:
+        raise NanobertError(f"unknown control {control!r}; use: {', '.join(CONTROLS)}")
+    return ("pretrained",) if control is None else ("pretrained", control)
+
+
+def check_seeds(seeds) -> tuple[int, ...]:
+    seeds = tuple(int(s) for s in seeds)
+    if not seeds or len(set(seeds)) < len(seeds) or min(seeds) < 0:
+        raise NanobertError(
+            f"--seeds {' '.join(map(str, seeds))}: give one or more different seeds, 0 or more"
+        )
+    return seeds
+
+
+def check_checkpoint(checkpoint: Path) -> None:
+    """A NanobertError unless `checkpoint` is one `finetune` takes (a pretrained language model)."""
+    name = checkpoint_kind(read_config(checkpoint))
+    kind = KINDS.get(name)
+    if kind is None or "finetune" not in kind.commands:
+        raise wrong_kind(checkpoint, name, "a pretraining checkpoint")
+
+
+def default_out(checkpoint: str | Path) -> Path:
+    """runs/glue-RUN for RUN/best (or RUN/last, or a checkpoint folder RUN): the same for the same
+    checkpoint, so that the same command run again finds its earlier runs."""
+    path = Path(checkpoint).resolve()
+    return Path("runs") / f"glue-{path.parent.name if path.name in ('best', 'last') else path.name}"
+
+
+def run_options(checkpoint, data, max_train_examples: int | None, cfg: FinetuneConfig) -> dict[str, Any]:
+    """What a run's result depends on besides its task, init and seed: the checkpoint (where it is and its
+    weights' size and time), the data, the cap and the fine-tuning settings. As JSON reads it back."""
+    weights = Path(checkpoint) / WEIGHTS_NAME
+    stat = weights.stat() if weights.is_file() else None
+    options = {
+        "checkpoint": str(Path(checkpoint).resolve()),
+        "checkpoint_weights": [stat.st_size, stat.st_mtime_ns] if stat else None,
+        "data": str(Path(data).resolve()) if data is not None else f"the hub's {HUB}",
+        "max_train_examples": max_train_examples,
+        "finetune": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "seed"},
+    }
+    return json.loads(json.dumps(options))
+
+
+def check_out(out: Path, options: dict, overwrite: bool, inputs: tuple[Path, ...]) -> None:
+    """`out` may hold this call's runs: a new or empty folder, or one that holds a glue call's runs made with
+    the same options (or, with `overwrite`, with others: they are replaced as their turn comes); never a
+    folder of other files, nor one inside an input or holding one."""
+    for source in inputs:
+        if within(out, source) or within(source, out):
+            relation = "lies inside" if within(out, source) else "holds"
+            raise NanobertError(f"output {out} {relation} the input {source}; choose another --out")
+    check_output_folder(out, OPTIONS_NAME)
+    if not out.is_dir() or not any(not p.name.startswith(".") for p in out.iterdir()):
+        return
+    try:
+        earlier = json.loads((out / OPTIONS_NAME).read_text())
+    except (OSError, ValueError):
+        raise NanobertError(
+            f"{out} already exists and holds other files, not the runs of nanobert glue; choose another "
+            "--out (a new or empty folder)"
+        ) from None
+    changed = differences(earlier, options)
+    if changed and not overwrite:
+        raise NanobertError(
+            f"{out} holds nanobert glue runs made with other options ({', '.join(changed)}); pass "
+            "--overwrite to replace them, or choose another --out"
+        )
+
+
+def differences(earlier: Any, now: dict[str, Any], prefix: str = "") -> list[str]:
+    """The options (finetune's fields as finetune.NAME) whose values differ."""
+    if not isinstance(earlier, dict):
+        return ["all"]
+    changed = []
+    for key in sorted(set(earlier) | set(now)):
+        a, b = earlier.get(key), now.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            changed += differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            changed.append(f"{prefix}{key}")
+    return changed
+
+
+def claim_out(job: GlueJob) -> None:
+    """OUT made (a place it can write checked first) and its options recorded."""
+    check_room(job.out, 0, "GLUE runs")
+    write_json(job.out / OPTIONS_NAME, job.options)
+
+
+def write_json(path: Path, data: Any) -> None:
+    with atomic_file(path, "w", encoding="utf-8") as f:  # whole, or the earlier file
+        f.write(json.dumps(data, indent=2) + "\n")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The runs
+
+
+def run_tasks(job: GlueJob, found: list[TaskFiles], skipped: dict[str, str]) -> dict[str, Any]:
+    """Every run of every task (kept ones read back), the test predictions, and the report written after
+    each task; a signal that stops a run stops the call, with the report of what finished."""
+    results: list[dict] = []
+    clock = Clock({run: expected_steps(files, job.cfg) for files in found for run in job.runs(files.task)})
+    for files in found:
+        capped = f" (a random {files.rows:,} of {files.full_rows:,})" if files.rows < files.full_rows else ""
+        job.say(
+            f"nanobert: glue: {files.task.title}, {files.rows:,} training examples{capped}: "
+            f"{' and '.join(job.inits)}, seed{'s' * (len(job.seeds) > 1)} {', '.join(map(str, job.seeds))}"
+        )
+        for run in job.runs(files.task):
+            result, kept = kept_result(run, job), True
+            if result is None:
+                result, kept = train_run(run, files, job), False
+                if isinstance(result, int):  # the signal that stopped the run
+                    return report(job, found, skipped, results, stopped=result)
+            results.append(result)
+            job.say(clock.line(run, result, kept))
+        write_predictions(files, job)
+        report(job, found, skipped, results)
+    return report(job, found, skipped, results, final=True)
+
+
+def report(job, found, skipped, results, stopped: int | None = None, final: bool = False) -> dict[str, Any]:
+    """The report of the runs so far, written to OUT (the picture only once a task is done)."""
+    about = {
+        "checkpoint": str(job.checkpoint),
+        "data": job.options["data"],
+        "out": str(job.out),
+        "skipped": skipped,
+        "capped": {f.task.title: [f.rows, f.full_rows] for f in found if f.rows < f.full_rows},
+        "max_train_examples": job.options["max_train_examples"],
+        "submission": sorted(p.name for p in (job.out / SUBMISSION).glob("*.tsv")),
+        "stopped_by_signal": stopped,
+    }
+    built = build_report([f.task for f in found], job.inits, job.seeds, results, about)
+    write_report(job.out, built)
+    if final or stopped:
+        job.say(f"nanobert: glue: the table is in {job.out / 'glue.md'}")
+    return built
+
+
+def kept_result(run: Run, job: GlueJob) -> dict[str, Any] | None:
+    """The result an earlier call kept for `run`, if it was made with this call's options."""
+    try:
+        result = json.loads((run.folder(job.out) / RESULT_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    same = (result.get("task"), result.get("init"), result.get("seed")) == (run.task.name, run.init, run.seed)
+    metrics = result.get("metrics")
+    if not same or result.get("options") != job.options or not isinstance(metrics, dict):
+        return None
+    return result if set(metrics) == set(run.task.keys()) else None
+
+
+def train_run(run: Run, files: TaskFiles, job: GlueJob) -> dict[str, Any] | int:
+    """`finetune` for one run, then its dev scores, kept in glue-result.json; the signal's number instead
+    when one stopped the run (nothing is kept then: the next call trains it again)."""
+    folder = run.folder(job.out)
+    (folder / RESULT_NAME).unlink(missing_ok=True)  # its run is being replaced
+    cfg = dataclasses.replace(job.cfg, seed=run.seed, metric=job.cfg.metric or run.task.select)
+    from_scratch, spec = INITS[run.init], run.task.spec()
+    summary = finetune(
+        job.checkpoint, spec, files.train, files.devs[0], folder, cfg,
+        from_scratch=from_scratch, overwrite=True, quiet=job.quiet,
+    )  # fmt: skip
+    if summary.get("stopped_by_signal"):
+        return int(summary["stopped_by_signal"])
+    result = {
+        "task": run.task.name,
+        "init": run.init,
+        "seed": run.seed,
+        "metrics": dev_scores(run, files, folder, summary, job),
+        "seconds": summary["wall_time_s"],
+        "steps": summary["steps"],
+        "best_epoch": summary["best_epoch"],
+        "train_examples": files.rows,
+        "options": job.options,
+    }
+    write_json(folder / RESULT_NAME, result)
+    return result
+
+
+def dev_scores(run: Run, files: TaskFiles, folder: Path, summary: dict, job: GlueJob) -> dict[str, float]:
+    """The task's GLUE metrics of the run's best epoch on each dev file, scored as `finetune` scores its dev
+    file (same encoding, precision and pair order); on the first, `finetune`'s own figures where it has
+    them."""
+    device = resolve_device(job.cfg.device)
+    model, tokenizer, config = load_finetuned(folder, device)
+    symmetric = bool(config["finetune"].get("symmetric_pairs"))
+    amp_dtype = autocast_dtype(config.get("precision", "fp32"), device)
+    scores: dict[str, float] = {}
+    for file, path in zip(run.task.devs, files.devs, strict=True):
+        split, _ = load_split(
+            path,
+            run.task.spec(),
+            tokenizer,
+            int(config["max_seq_len"]),
+            config["labels"],
+            files.train,
+            symmetric,
+        )
+        outputs = split_outputs(model, split, device, amp_dtype, job.cfg.eval_batch_size)
+        scores |= run.task.scores(outputs, split.data.labels, config["labels"], file)
+    first = run.task.devs[0]
+    scores |= {run.task.key(m, first): summary["dev"][m] for m in run.task.metrics if m in summary["dev"]}
+    return scores
+
+
+def write_predictions(files: TaskFiles, job: GlueJob) -> None:
+    """The test files labelled by the first seed's pretrained model, as the GLUE server takes them
+    (OUT/submission/TASK.tsv: index and prediction); kept while newer than that model's result."""
+    task = files.task
+    result = Run(task, "pretrained", job.seeds[0]).folder(job.out) / RESULT_NAME
+    loaded = None
+    for file, path in zip(task.tests, files.tests, strict=True):
+        target = job.out / SUBMISSION / task.server_name(file)
+        if path is None or not result.is_file():
+            continue
+        if target.is_file() and target.stat().st_mtime_ns >= result.stat().st_mtime_ns:
+            continue
+        loaded = loaded or load_finetuned(result.parent, resolve_device(job.cfg.device))
+        model, tokenizer, config = loaded
+        text, pair, index = task.test
+        table = read_table(path, "tsv")
+        pairs = read_texts(table, pair) if pair is not None else None
+        outputs = classify(model, tokenizer, config, read_texts(table, text), pairs, job.cfg.eval_batch_size)
+        lines = [
+            f"{i}\t{task.prediction(o, config['labels'])}\n"
+            for i, o in zip(table.column(index), outputs, strict=True)
+        ]
+        with atomic_file(target, "w", encoding="utf-8") as f:
+            f.writelines(["index\tprediction\n", *lines])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The time left
+
+
+def expected_steps(files: TaskFiles, cfg: FinetuneConfig) -> int:
+    """The steps `finetune` will take on the task: its epochs (`finetune`'s default for the set's size) of
+    batches of its training rows (twice the rows where pairs are read both ways)."""
+    symmetric = cfg.symmetric_pairs
+    if symmetric is None:
+        symmetric = ClassifierTask(files.task.spec()).symmetric_pairs()[0]
+    rows = files.rows * (2 if symmetric and files.task.pair is not None else 1)
+    per_epoch = math.ceil(rows / cfg.batch_size)
+    return per_epoch * (cfg.epochs or default_epochs(per_epoch, cfg))
+
+
+class Clock:
+    """The time left: the seconds per step of the runs done so far, times the steps of those to come."""
+
+    def __init__(self, steps: dict[Run, int]):
+        self.left, self.total = dict(steps), len(steps)
+        self.seconds = self.steps = 0.0
+
+    def line(self, run: Run, result: dict[str, Any], kept: bool) -> str:
+        self.left.pop(run, None)
+        self.seconds += result["seconds"]
+        self.steps += result["steps"]
+        left = self.seconds / max(1.0, self.steps) * sum(self.left.values())
+        key = run.task.keys()[0]
+        how = "kept from an earlier call" if kept else f"{result['seconds']:.0f} s"
+        done, value = self.total - len(self.left), result["metrics"][key]
+        return (
+            f"nanobert: glue: {run.task.title} {run.init} seed {run.seed}: dev {key} {value:.4f} ({how}); "
+            f"{done} of {self.total} runs done, {duration(left)} left"
+        )
+
+
+def duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"about {seconds:.0f} s" if seconds else "nothing"
+    if seconds < 5400:
+        return f"about {seconds / 60:.0f} min"
+    return f"about {seconds / 3600:.1f} h"
+
+
+__all__ = ["CONTROLS", "INITS", "Run", "default_out", "glue"]

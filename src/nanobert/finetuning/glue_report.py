@@ -1,0 +1,244 @@
+"""What `nanobert glue` reports: the GLUE table (OUT/glue.md), every run's figures (glue.json, glue.csv) and
+the picture (glue.png), each written whole through a temporary file, so that Ctrl-C never leaves half a table.
+
+A task's figure for one init (pretrained, or the from-scratch control) is the mean over the seeds of each of
+its metrics, with the sample standard deviation over the seeds; its score is the mean of its metrics (MRPC's
+F1 and accuracy, STS-B's Pearson and Spearman, MNLI's matched and mismatched accuracy); the GLUE score is the
+mean of the task scores, as the benchmark computes it (Wang et al. 2019), over the tasks that ran.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from nanobert.files import atomic_file
+from nanobert.finetuning.glue_tasks import GlueTask
+from nanobert.use.plots import save_figure
+
+METRIC_NAMES = {
+    "mcc": "MCC",
+    "accuracy": "accuracy",
+    "f1": "F1",
+    "pearson": "Pearson",
+    "spearman": "Spearman",
+}
+CSV_FIELDS = ("task", "init", "seed", "metric", "value", "seconds")
+
+
+def spread(values: list[float]) -> dict[str, Any] | None:
+    """Mean, sample standard deviation (None for one value) and count; None for no values."""
+    if not values:
+        return None
+    std = statistics.stdev(values) if len(values) > 1 else None
+    return {"mean": statistics.fmean(values), "std": std, "n": len(values)}
+
+
+def build_report(
+    tasks: list[GlueTask], inits: tuple[str, ...], seeds: tuple[int, ...], runs: list[dict], about: dict
+) -> dict[str, Any]:
+    """The report of `runs` (the results of `glue.train_run`): `about` (checkpoint, data, skipped tasks,
+    caps ...), then per task and metric each init's spread over the seeds, the task scores, the GLUE score,
+    the differences from the control, the markdown table and the runs themselves."""
+    runs = [{k: v for k, v in r.items() if k != "options"} for r in runs]  # glue-options.json has them
+    by = {(r["task"], r["init"], r["seed"]): r for r in runs}
+    done = [t for t in tasks if any((t.name, i, s) in by for i in inits for s in seeds)]
+    metrics, task_scores, per_seed = {}, {}, {}
+    for task in done:
+        got = {
+            (i, s): by[(task.name, i, s)]["metrics"] for i in inits for s in seeds if (task.name, i, s) in by
+        }
+        metrics[task.title] = {
+            key: {i: spread([m[key] for (j, _), m in got.items() if j == i]) for i in inits}
+            for key in task.keys()
+        }
+        per_seed[task.title] = {
+            (i, s): statistics.fmean(m[k] for k in task.keys()) for (i, s), m in got.items()
+        }
+        task_scores[task.title] = {
+            i: spread([v for (j, _), v in per_seed[task.title].items() if j == i]) for i in inits
+        }
+    report = {
+        **about,
+        "tasks": [t.title for t in done],
+        "inits": list(inits),
+        "seeds": list(seeds),
+        "metrics": metrics,
+        "task_scores": task_scores,
+        "glue_score": {i: glue_score(task_scores, per_seed, i, seeds) for i in inits},
+        "runs": runs,
+    }
+    report["difference"] = differences(report, inits)
+    report["table"] = markdown(report)
+    return report
+
+
+def glue_score(task_scores: dict, per_seed: dict, init: str, seeds: tuple[int, ...]) -> dict[str, Any] | None:
+    """The mean of the task scores of `init`; its spread over the seeds that every task has."""
+    means = [s[init]["mean"] for s in task_scores.values() if s[init] is not None]
+    if not means:
+        return None
+    complete = [s for s in seeds if all((init, s) in scores for scores in per_seed.values())]
+    by_seed = [statistics.fmean(scores[(init, s)] for scores in per_seed.values()) for s in complete]
+    std = statistics.stdev(by_seed) if len(by_seed) > 1 and len(means) == len(task_scores) else None
+    return {"mean": statistics.fmean(means), "std": std, "n": len(means)}
+
+
+def differences(report: dict, inits: tuple[str, ...]) -> dict[str, Any] | None:
+    """Pretrained minus control: every metric's mean, every task score and the GLUE score (None without a
+    control, or where either side has no runs)."""
+    if len(inits) < 2:
+        return None
+    first, control = inits[0], inits[1]
+
+    def minus(pair: dict) -> float | None:
+        a, b = pair.get(first), pair.get(control)
+        return a["mean"] - b["mean"] if a is not None and b is not None else None
+
+    return {
+        "metrics": {t: {k: minus(v) for k, v in m.items()} for t, m in report["metrics"].items()},
+        "task_scores": {t: minus(v) for t, v in report["task_scores"].items()},
+        "glue_score": minus(report["glue_score"]),
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The table
+
+
+def cell(stats: dict | None) -> str:
+    if stats is None:
+        return "–"
+    return f"{stats['mean']:.4f}" + (f" ± {stats['std']:.4f}" if stats["std"] is not None else "")
+
+
+def signed(value: float | None) -> str:
+    return "–" if value is None else f"{value:+.4f}"
+
+
+def metric_name(key: str) -> str:
+    """`m_accuracy` as "accuracy (m)", `mcc` as "MCC"."""
+    tag, _, metric = key.rpartition("_") if key not in METRIC_NAMES else ("", "", key)
+    return METRIC_NAMES.get(metric, metric) + (f" ({tag})" if tag else "")
+
+
+def markdown(report: dict) -> str:
+    """glue.md: the table (a row per task and metric, the GLUE score last) and the notes under it."""
+    inits, diff = report["inits"], report["difference"]
+    head = ["task", "metric", *inits] + (["difference"] if diff else [])
+    lines = [f"# GLUE: {report['checkpoint']}", "", textwrap.fill(intro(report), 110), ""]
+    lines += ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
+    for title, by_key in report["metrics"].items():
+        for key, by_init in by_key.items():
+            row = [title, metric_name(key), *(cell(by_init[i]) for i in inits)]
+            lines.append(
+                "| " + " | ".join(row + ([signed(diff["metrics"][title][key])] if diff else [])) + " |"
+            )
+    scores = report["glue_score"]
+    n = max((s["n"] for s in scores.values() if s), default=0)
+    row = ["**GLUE score**", f"mean of {n} task score{'s' * (n != 1)}", *(cell(scores[i]) for i in inits)]
+    lines.append("| " + " | ".join(row + ([signed(diff["glue_score"])] if diff else [])) + " |")
+    return "\n".join(lines + [""] + notes(report)) + "\n"
+
+
+def intro(report: dict) -> str:
+    seeds = report["seeds"]
+    over = (
+        f"the mean ± standard deviation over seeds {', '.join(map(str, seeds))}"
+        if len(seeds) > 1
+        else (f"seed {seeds[0]}")
+    )
+    text = (
+        f"Dev-set figures after fine-tuning with `finetune`'s defaults, {over}; a task's score is the mean "
+        "of its metrics, the GLUE score the mean of the task scores."
+    )
+    if len(report["inits"]) > 1:
+        text += f" *{report['inits'][1]}* is the same fine-tuning from the checkpoint's untrained start."
+    return text
+
+
+def notes(report: dict) -> list[str]:
+    """The lines under the table: what did not run, what was capped, the predictions, the time."""
+    lines = []
+    if report["skipped"]:
+        missing = ", ".join(f"{t} ({why})" for t, why in report["skipped"].items())
+        lines.append(f"- Not run, their files missing from {report['data']}: {missing}.")
+    if report["capped"]:
+        parts = [f"{t} {used:,} of {full:,}" for t, (used, full) in report["capped"].items()]
+        cap = report["max_train_examples"]
+        lines.append(
+            f"- Training sets capped at a random {cap:,} examples (--max-train-examples): {', '.join(parts)}."
+        )
+    if report["submission"]:
+        files = ", ".join(report["submission"])
+        seed = report["seeds"][0]
+        lines.append(
+            f"- Test-set predictions for the GLUE server (seed {seed}, pretrained): submission/ ({files})."
+        )
+    minutes = sum(r["seconds"] for r in report["runs"]) / 60
+    lines.append(
+        f"- {len(report['runs'])} fine-tuning runs, {minutes:.1f} minutes; each in TASK/INIT-seedN/."
+    )
+    if report["stopped_by_signal"]:
+        lines.append("- Stopped by a signal before every run finished: run the same command again to finish.")
+    return lines
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The files
+
+
+def csv_text(runs: list[dict]) -> str:
+    """glue.csv: a row per run and metric: task, init, seed, metric, value, seconds (the run's)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_FIELDS)
+    for r in runs:
+        for key, value in r["metrics"].items():
+            writer.writerow([r["task"], r["init"], r["seed"], key, repr(float(value)), r["seconds"]])
+    return out.getvalue()
+
+
+def figure(report: dict) -> Any:
+    """Per task (and the GLUE score) a bar per init: the task's score, the seeds' spread as an error bar."""
+    from matplotlib.figure import Figure  # no pyplot: no global backend touched
+
+    names = [*report["task_scores"], "GLUE"]
+    rows = [*report["task_scores"].values(), report["glue_score"]]
+    fig = Figure(figsize=(max(5.0, 1.1 * len(names) + 1.5), 3.8), dpi=100, layout="constrained")
+    ax = fig.subplots()
+    width = 0.8 / len(report["inits"])
+    for n, init in enumerate(report["inits"]):
+        stats = [row[init] if row else None for row in rows]
+        heights = [s["mean"] if s else 0.0 for s in stats]
+        errors = [s["std"] or 0.0 if s else 0.0 for s in stats]
+        ax.bar([x + (n - (len(report["inits"]) - 1) / 2) * width for x in range(len(names))], heights, width,
+               yerr=errors, capsize=3, label=init)  # fmt: skip
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names)
+    ax.set_ylabel("dev score (task metrics averaged)")
+    ax.set_title(f"GLUE: {report['checkpoint']}", fontsize=9)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def write_report(out: Path, report: dict) -> None:
+    """glue.md, glue.json, glue.csv and glue.png in `out`, each whole or not at all."""
+    for name, text in (
+        ("glue.md", report["table"]),
+        ("glue.json", json.dumps({k: v for k, v in report.items() if k != "table"}, indent=2) + "\n"),
+        ("glue.csv", csv_text(report["runs"])),
+    ):
+        with atomic_file(out / name, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+    if report["tasks"]:
+        save_figure(figure(report), out / "glue.png")
+
+
+__all__ = ["build_report", "csv_text", "figure", "markdown", "spread", "write_report"]
