@@ -328,7 +328,10 @@ def test_an_interrupted_call_resumes_without_redoing_finished_runs(
     assert {p: p.stat().st_mtime_ns for p in finished} == finished  # CoLA's runs were kept, not redone
     assert "| MRPC | F1 |" in out
     calls = counting(monkeypatch)
-    assert run_cli(capsys, *argv)[0] == 0 and calls == []  # all done: nothing trains
+    code, _, err = run_cli(capsys, *[a for a in argv if a != "--quiet"])
+    assert code == 0 and calls == []  # all done: nothing trains, and the progress lines say so
+    assert "MRPC pretrained seed 2: dev f1" in err and "(kept from an earlier call); 4 of 4 runs done" in err
+    assert "nothing left" in err
 
 
 def test_other_options_never_replace_earlier_runs_unless_asked(

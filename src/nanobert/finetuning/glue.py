@@ -227,7 +227,11 @@ def run_tasks(job: GlueJob, found: list[TaskFiles], skipped: dict[str, str]) -> 
     """Every run of every task (kept ones read back), the test predictions, and the report written after
     each task; a signal that stops a run stops the call, with the report of what finished."""
     results: list[dict] = []
-    clock = Clock({run: expected_steps(files, job.cfg) for files in found for run in job.runs(files.task)})
+    runs = {run: files for files in found for run in job.runs(files.task)}
+    kept = {run: kept_result(run, job) for run in runs}  # read first: the time left counts only the others
+    clock = Clock(
+        {run: expected_steps(files, job.cfg) for run, files in runs.items() if kept[run] is None}, len(runs)
+    )
     for files in found:
         capped = f" (a random {files.rows:,} of {files.full_rows:,})" if files.rows < files.full_rows else ""
         job.say(
@@ -235,13 +239,13 @@ def run_tasks(job: GlueJob, found: list[TaskFiles], skipped: dict[str, str]) -> 
             f"{' and '.join(job.inits)}, seed{'s' * (len(job.seeds) > 1)} {', '.join(map(str, job.seeds))}"
         )
         for run in job.runs(files.task):
-            result, kept = kept_result(run, job), True
+            result = kept[run]
             if result is None:
-                result, kept = train_run(run, files, job), False
+                result = train_run(run, files, job)
                 if isinstance(result, int):  # the signal that stopped the run
                     return report(job, found, skipped, results, stopped=result)
             results.append(result)
-            job.say(clock.line(run, result, kept))
+            job.say(clock.line(run, result, kept[run] is not None))
         write_predictions(files, job)
         report(job, found, skipped, results)
     return report(job, found, skipped, results, final=True)
@@ -375,10 +379,11 @@ def expected_steps(files: TaskFiles, cfg: FinetuneConfig) -> int:
 
 
 class Clock:
-    """The time left: the seconds per step of the runs done so far, times the steps of those to come."""
+    """The time left: the seconds per step of the runs done so far (kept ones too), times the steps of the
+    runs still to train (`steps`) among the call's `total`."""
 
-    def __init__(self, steps: dict[Run, int]):
-        self.left, self.total = dict(steps), len(steps)
+    def __init__(self, steps: dict[Run, int], total: int):
+        self.left, self.total, self.done = dict(steps), total, 0
         self.seconds = self.steps = 0.0
 
     def line(self, run: Run, result: dict[str, Any], kept: bool) -> str:
@@ -388,7 +393,8 @@ class Clock:
         left = self.seconds / max(1.0, self.steps) * sum(self.left.values())
         key = run.task.keys()[0]
         how = "kept from an earlier call" if kept else f"{result['seconds']:.0f} s"
-        done, value = self.total - len(self.left), result["metrics"][key]
+        self.done += 1
+        done, value = self.done, result["metrics"][key]
         return (
             f"nanobert: glue: {run.task.title} {run.init} seed {run.seed}: dev {key} {value:.4f} ({how}); "
             f"{done} of {self.total} runs done, {duration(left)} left"
