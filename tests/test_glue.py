@@ -450,6 +450,24 @@ def test_hub_rows_are_the_tasks_own_layout():
     ]
 
 
+def test_f1_is_the_positive_class_f1_and_scores_are_named_per_dev_file():
+    import numpy as np
+
+    from nanobert.finetuning.glue_tasks import binary_f1
+
+    targets, predicted = np.array([1, 1, 0, 0, 1]), np.array([1, 0, 1, 0, 1])
+    assert binary_f1(targets, predicted, 1, 2) == pytest.approx(2 * 2 / (2 * 2 + 1 + 1))
+    assert binary_f1(np.zeros(3, int), np.zeros(3, int), 1, 2) == 0.0
+    mnli = GLUE_TASKS["mnli"]
+    outputs = np.array([[2.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+    assert mnli.scores(outputs, np.array([0, 1]), list(mnli.labels), mnli.devs[1]) == {"mm_accuracy": 0.5}
+    mrpc = GLUE_TASKS["mrpc"]
+    scores = mrpc.scores(np.array([[0.0, 1.0], [1.0, 0.0]]), np.array([1, 1]), ["0", "1"], mrpc.devs[0])
+    assert scores == {"f1": pytest.approx(2 / 3), "accuracy": 0.5}
+    assert mnli.prediction(outputs[1], list(mnli.labels)) == "contradiction"
+    assert GLUE_TASKS["stsb"].prediction(np.array([3.14159]), None) == "3.142"
+
+
 def test_the_cli_lists_the_tasks_of_the_registry():
     from nanobert.cli.finetuning import _GLUE_NAMES
 

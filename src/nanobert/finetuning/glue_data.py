@@ -39,9 +39,6 @@ class TaskFiles:
     rows: int = 0  # training examples used
     full_rows: int = 0  # training examples in the task's own file
 
-    def paths(self) -> list[Path]:
-        return [self.train, *self.devs, *(p for p in self.tests if p is not None)]
-
 
 def local_tasks(data: str | Path, tasks: list[GlueTask]) -> tuple[list[TaskFiles], dict[str, str]]:
     """The `tasks` whose train and dev files `data` holds, and {title: why} for those skipped. A folder
@@ -86,7 +83,7 @@ def check_task(files: TaskFiles) -> TaskFiles:
     return dataclasses.replace(files, rows=rows, full_rows=rows)
 
 
-def _read(task: GlueTask, path: Path, columns: list[Column], header: bool) -> Table:
+def _read(path: Path, columns: list[Column], header: bool) -> Table:
     """The table, with every named column present and every text column filled."""
     table = read_table(path, "tsv", header=header)
     for col in columns:
@@ -97,7 +94,7 @@ def _read(task: GlueTask, path: Path, columns: list[Column], header: bool) -> Ta
 def _check_labelled(task: GlueTask, path: Path) -> int:
     spec = task.spec()
     texts = [c for c in (spec.text_col, spec.text_pair_col) if c is not None]
-    table = _read(task, path, [*texts, spec.label_col], header=not spec.headerless)
+    table = _read(path, [*texts, spec.label_col], header=not spec.headerless)
     for col in texts:
         read_texts(table, col)
     for value, line in zip(table.column(spec.label_col), table.line_numbers, strict=True):
@@ -109,7 +106,7 @@ def _check_labelled(task: GlueTask, path: Path) -> int:
 
 def _check_test(task: GlueTask, path: Path) -> None:
     text, pair, index = task.test
-    table = _read(task, path, [c for c in (text, pair, index) if c is not None], header=True)
+    table = _read(path, [c for c in (text, pair, index) if c is not None], header=True)
     for col in (text, pair, index):
         if col is not None:
             read_texts(table, col)
