@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from nanobert.engine.loop import Job, Plan, fit
+from nanobert.engine.loop import PRE_DECAY, Job, Plan, fit
 from nanobert.engine.optimizer import build_optimizer, lr_multiplier
 from nanobert.engine.run_log import RunLog, read_records
 from nanobert.engine.run_state import RunState
@@ -293,3 +293,53 @@ def test_the_engine_takes_a_typed_feeder_and_the_feeders_say_they_are_one():
     assert typing.get_type_hints(Job)["feeder"] is Feeder
     for feeder in (Prefetcher, Synchronous, ExampleStream, MaskedRows):
         assert Feeder in feeder.__mro__, feeder
+
+
+def test_a_held_peak_keeps_the_state_before_its_decay(tmp_path):
+    """With keep_pre_decay, the loop saves pre-decay/ before the first step below the peak rate: the state
+    after the last step at the peak, which names itself as the run's pre-decay. A longer plan from that state
+    keeps its own at its own decay; a run resumed inside its decay, a plan without a held peak, or one that
+    does not ask, keeps none."""
+    job, saves = make_job(tmp_path)
+    states = {}
+
+    def save(name, run, state, save=job.save):
+        states[name] = state
+        return save(name, run, state)
+
+    job.save = save
+    hold = dict(decay_ratio=0.3, keep_pre_decay=True, eval_interval=100)
+    _, run, records = run_fit(tmp_path, job, total_steps=20, **hold)
+    lrs = {r["step"]: r["lr"] for r in records if r["split"] == "train"}
+    assert [s for s in saves if s[0] == PRE_DECAY] == [(PRE_DECAY, 14, True)]
+    assert all(lrs[step] == 0.1 for step in range(1, 15)) and lrs[15] < 0.1  # 14 / 20 is the decay's start
+    pre = states[PRE_DECAY]["run"]
+    assert (pre["step"], pre["in_decay"], pre["pre_decay_step"]) == (14, False, 14)
+    assert (run.in_decay, run.pre_decay_step) == (True, 14)
+
+    def resumed(name, run, **plan):
+        (tmp_path / name).mkdir()
+        job, saves = make_job(tmp_path / name)
+        plan = Plan(**{"learning_rate": 0.1, "warmup_ratio": 0.0, "log_interval": 1, **plan})
+        fit(job, plan, run, RunLog(tmp_path / name, plan.total_steps, run.step, quiet=True))
+        return [s for s in saves if s[0] == PRE_DECAY], run
+
+    longer, run = resumed("longer", RunState.from_dict(pre), total_steps=30, **hold)
+    assert longer == [(PRE_DECAY, 21, True)] and run.pre_decay_step == 21  # 21 / 30: the new start
+    assert resumed("inside", RunState(step=16), total_steps=20, **hold)[0] == []  # 16 / 20: in the decay
+    assert resumed("bert", RunState(), total_steps=20, **{**hold, "decay_ratio": 1.0})[0] == []
+    assert resumed("unasked", RunState(), total_steps=20, decay_ratio=0.3)[0] == []
+
+
+def test_a_time_budget_keeps_the_state_where_its_plan_begins_the_decay(tmp_path):
+    """A time budget's decay begins at a time, not a step: pre-decay/ is the state after the last step the
+    clock put at the peak rate, whatever step that is."""
+    job, saves = make_job(tmp_path)
+    _, run, records = run_fit(
+        tmp_path, job, time_budget=0.3, decay_ratio=0.5, keep_pre_decay=True, eval_interval=10**9
+    )
+    kept = [s for s in saves if s[0] == PRE_DECAY]
+    assert len(kept) == 1 and kept[0][1] == run.pre_decay_step
+    lrs = [r["lr"] for r in records if r["split"] == "train"]
+    step = run.pre_decay_step
+    assert set(lrs[:step]) == {0.1} and lrs[step] < 0.1 and run.in_decay

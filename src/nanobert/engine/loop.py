@@ -11,6 +11,9 @@ Host synchronisation (`.item()`) happens only at log and evaluation intervals. U
 (`distributed.py`) every rank runs the same loop; the stop decision, the logged losses and the RNG states in
 a checkpoint are agreed across ranks, and only rank 0 evaluates and writes.
 
+A plan that holds the peak rate and then decays may keep the last state at the peak (pre-decay/,
+`Plan.keep_pre_decay`), from which a longer run continues with its schedule replanned (pretraining's).
+
 Faults: SIGINT/SIGTERM stop the run at the next step with a resumable last/ (saved at once, then again after
 the final evaluation); a non-finite loss or weight stops the run with an error *before* anything is saved,
 so the last good checkpoint stays as it was.
@@ -33,7 +36,7 @@ from torch import nn
 from nanobert.data.feeder import Feeder
 from nanobert.device import autocast
 from nanobert.engine.distributed import Distributed
-from nanobert.engine.optimizer import lr_multiplier, set_learning_rate
+from nanobert.engine.optimizer import decay_start, lr_multiplier, set_learning_rate
 from nanobert.engine.run_log import RunLog
 from nanobert.engine.run_state import RunState, rng_state, trainer_state
 from nanobert.errors import NanobertError
@@ -57,11 +60,24 @@ class Plan:
     stop_after: int | None = None  # end after this many total steps without changing the schedule
     early_stopping_patience: int | None = None
     resumable: bool = True  # checkpoints carry trainer state, and the run ends with a last/ checkpoint
+    keep_pre_decay: bool = False  # a resumable PRE_DECAY checkpoint where a held peak gives way to the decay
 
     def progress(self, step: int, elapsed: float) -> float:
         """The fraction of the run done before step `step + 1`: steps over the planned steps, or seconds of
         training over the time budget (the learning-rate schedule's clock)."""
         return (step + 1) / self.total_steps if self.total_steps else elapsed / self.time_budget
+
+    def in_decay(self, progress: float) -> bool:
+        """Whether a step at `progress` trains in the schedule's decay, below the peak rate."""
+        return progress > decay_start(self.warmup_ratio, self.decay_ratio)
+
+    def holds_peak(self) -> bool:
+        """Whether the schedule holds the peak rate between the warmup and the decay (decay_ratio < 1)."""
+        return decay_start(self.warmup_ratio, self.decay_ratio) > self.warmup_ratio
+
+
+# The checkpoint of the last step at the peak rate, before the decay began (`Plan.keep_pre_decay`).
+PRE_DECAY = "pre-decay"
 
 
 @dataclass
@@ -161,8 +177,12 @@ def _train(loop: _Loop) -> tuple[str, bool]:
         reason = loop.stop_reason(elapsed, signalled)
         if reason is not None:
             return reason, signalled
-        # learning rate for this step, from the fraction of the plan done
+        # learning rate for this step, from the fraction of the plan done; the first step of the decay
+        # keeps the state before it (pre-decay/), which a longer run continues from
         done = plan.progress(run.step, elapsed)
+        if loop.enters_decay(done):
+            loop.timed(lambda: loop.save(PRE_DECAY))
+        run.in_decay = plan.in_decay(done)
         lr = plan.learning_rate * lr_multiplier(done, plan.warmup_ratio, plan.min_lr_ratio, plan.decay_ratio)
         set_learning_rate(job.optimizer, lr)
         if job.on_progress is not None:  # e.g. the data's sequence-length schedule
@@ -198,6 +218,8 @@ class _Loop:
         self.start, self.start_step, self.time_before = time.perf_counter(), run.step, run.train_time
         self.window_start = self.start
         self.last_metrics: dict[str, float] | None = None
+        # by this plan, which a resume may have changed: whether the last step trained was in the decay
+        run.in_decay = run.step > 0 and plan.in_decay(plan.progress(run.step - 1, run.train_time))
 
     def elapsed(self) -> float:
         return self.time_before + time.perf_counter() - self.start
@@ -222,6 +244,16 @@ class _Loop:
             received = self.signals.received
             return f"interrupted by signal {received[0] if received else 'on another rank'}"
         return None
+
+    def enters_decay(self, done: float) -> bool:
+        """Whether the step about to run at progress `done` is the first in the decay, after a held peak,
+        and the plan keeps the state before it (then the run state names that step)."""
+        run, plan = self.run, self.plan
+        keeps = plan.keep_pre_decay and plan.resumable and plan.holds_peak()
+        if not (keeps and plan.in_decay(done) and not run.in_decay):
+            return False
+        run.pre_decay_step = run.step  # before saving: pre-decay/ records that it is the run's pre-decay
+        return True
 
     def at_end(self) -> bool:
         """Whether this step ends the run (by its step count or --stop-after): it is always logged."""

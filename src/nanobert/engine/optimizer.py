@@ -25,11 +25,18 @@ def lr_multiplier(
     progress = min(max(progress, 0.0), 1.0)
     if warmup_ratio > 0 and progress < warmup_ratio:
         return progress / warmup_ratio
-    start = max(warmup_ratio, 1.0 - decay_ratio)  # where the decay begins
+    start = decay_start(warmup_ratio, decay_ratio)
     if progress < start:
         return 1.0
     decay = (1.0 - progress) / max(1.0 - start, 1e-12)
     return min_lr_ratio + (1.0 - min_lr_ratio) * decay
+
+
+def decay_start(warmup_ratio: float, decay_ratio: float) -> float:
+    """The fraction of the run where `lr_multiplier`'s decay begins: the last `decay_ratio` of the run, but
+    never before the warmup ends. A step at this progress or before it trains at the peak rate (or warms up);
+    past it the rate falls."""
+    return max(warmup_ratio, 1.0 - decay_ratio)
 
 
 def _depth_below_top(name: str, num_layers: int) -> int:
@@ -96,4 +103,4 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr * group.get("lr_scale", 1.0)
 
 
-__all__ = ["build_optimizer", "lr_multiplier", "parameter_groups", "set_learning_rate"]
+__all__ = ["build_optimizer", "decay_start", "lr_multiplier", "parameter_groups", "set_learning_rate"]

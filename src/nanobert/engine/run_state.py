@@ -36,6 +36,11 @@ class RunState:
     # kept in the history, but not offered to best/ unless there is none yet, so that a resumed run keeps
     # the best/ the uninterrupted run would have (which never evaluated there).
     interim_steps: list[int] = field(default_factory=list)
+    # Where the schedule stands: whether the last step trained ran in its decay (below the held peak), and the
+    # step of the pre-decay/ checkpoint this run kept (the last state at the peak), which a longer run of the
+    # same start continues from (`loop.PRE_DECAY`).
+    in_decay: bool = False
+    pre_decay_step: int | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunState:
