@@ -63,7 +63,12 @@ def _add_pretrain(sub) -> None:
     p.add_argument(
         "--stop-after", type=positive_int, metavar="N", help="end after N total steps, keeping the schedule"
     )
-    p.add_argument("--resume", metavar="DIR", help="continue from a checkpoint directory (e.g. RUN/last)")
+    p.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue a checkpoint (RUN/last) or a run (RUN); a run given a longer --max-steps, --epochs or "
+        "--time-budget (its new total) goes on as one longer run, from before its decay began",
+    )
     p.add_argument(
         "--tokenizer", metavar="DIR", help="reuse the tokenizer saved in DIR instead of training one"
     )
@@ -73,33 +78,46 @@ def _add_pretrain(sub) -> None:
 def _cmd_pretrain(args) -> int:
     """Train a BERT from scratch with masked-LM and next-sentence prediction, the same stack with causal
     attention on next-word prediction (--objective causal), or both on one head (--objective hybrid)."""
-    from nanobert.data.sources import DataSources
-    from nanobert.device import resolve_device
     from nanobert.pretraining.pretrain import pretrain
-    from nanobert.pretraining.resume import resume_configs
 
     model_over, train_over = parse_overrides(args.set)
     train_over.update(given(args, ("seed", "device", "max_steps", "epochs", "time_budget", "objective")))
-    named = (args.data, args.train, args.valid, args.prepared)
-    note, preset = None, args.preset
-    if args.resume:  # the checkpoint's own configs and data, with what the command line changes
-        model_config, train_config, sources = resume_configs(
-            args.resume, model_over, train_over, DataSources(*named), preset
-        )
-        out = Path(args.out) if args.out else Path(args.resume).resolve().parent
-    else:  # the preset asked for, or the one that suits this data and device
-        sources = DataSources.for_new_run(*named)
-        device = resolve_device(train_over.get("device", "auto"))
-        model_config, train_config, preset, note = new_run_configs(
-            args.preset, sources.data, device.type, model_over, train_over
-        )
-        out = run_dir(args.out, preset)
-    options = {k: getattr(args, k) for k in ("resume", "stop_after", "overwrite", "quiet")}
-    options.update(preset=preset, tokenizer_dir=args.tokenizer, announce=note)
-    summary = pretrain(model_config, train_config, sources, out, **options)
+    configs = (_resumed if args.resume else _new_run)(args, model_over, train_over)
+    model_config, train_config, sources, out, options = configs
+    options.update({k: getattr(args, k) for k in ("stop_after", "overwrite", "quiet")})
+    summary = pretrain(model_config, train_config, sources, out, tokenizer_dir=args.tokenizer, **options)
     if not summary.get("rank", 0):  # under torchrun, rank 0 alone prints the result
         print_json({"out": str(out), **{key: summary[field] for key, field in _PRETRAIN_RESULT.items()}})
     return exit_code(summary)
+
+
+def _resumed(args, model_over: dict, train_over: dict) -> tuple:
+    """A resume: the checkpoint's own configs and data, with what the command line changes. A run folder
+    continues its last/, or, given a longer length, goes on as one longer run (`pretraining.longer`)."""
+    from nanobert.data.sources import DataSources
+    from nanobert.pretraining.longer import LENGTHS, checkpoint_to_resume
+    from nanobert.pretraining.resume import resume_configs
+
+    lengthened = any(train_over.get(name) is not None for name in LENGTHS)
+    checkpoint, longer = checkpoint_to_resume(args.resume, lengthened)
+    sources = DataSources(args.data, args.train, args.valid, args.prepared)
+    configs = resume_configs(checkpoint, model_over, train_over, sources, args.preset, longer=longer)
+    out = Path(args.out) if args.out else checkpoint.resolve().parent
+    return (*configs, out, {"resume": checkpoint, "longer": longer})
+
+
+def _new_run(args, model_over: dict, train_over: dict) -> tuple:
+    """A new run: the preset asked for, or the one that suits this data and device."""
+    from nanobert.data.sources import DataSources
+    from nanobert.device import resolve_device
+
+    sources = DataSources.for_new_run(args.data, args.train, args.valid, args.prepared)
+    device = resolve_device(train_over.get("device", "auto"))
+    model_config, train_config, preset, note = new_run_configs(
+        args.preset, sources.data, device.type, model_over, train_over
+    )
+    out = run_dir(args.out, preset)
+    return model_config, train_config, sources, out, {"preset": preset, "announce": note}
 
 
 # What `nanobert pretrain` prints: key -> summary field.

@@ -152,11 +152,14 @@ def mlm_nsp_metrics(
 NSP_UNLEARNED_MARGIN = 0.02
 
 
-def nsp_not_learned(best: dict | None, batches: list[dict[str, torch.Tensor]]) -> str | None:
+def nsp_not_learned(
+    best: dict | None, batches: list[dict[str, torch.Tensor]], longer: str = "--time-budget"
+) -> str | None:
     """Why best/'s next-sentence figure is what it is, when the head has not started learning: its accuracy
     is no better than always answering the more common label of the held-out pairs. None when it has, or
     when the run has no NSP figures. The recipe learns the masked words first and the pairs later: at the
-    default size NSP leaves the majority label after about 3,000 steps (2026-11-29-step-protocol)."""
+    default size NSP leaves the majority label after about 3,000 steps (2026-11-29-step-protocol). `longer`
+    says how to train longer: the command that continues the run, where it has one."""
     labels = [b["next_sentence_label"] for b in batches if "next_sentence_label" in b]
     if not best or not isinstance(best.get("nsp_accuracy"), float) or not labels:
         return None
@@ -167,7 +170,7 @@ def nsp_not_learned(best: dict | None, batches: list[dict[str, torch.Tensor]]) -
     return (
         f"next sentence not learned yet: best/'s NSP accuracy {best['nsp_accuracy']:.3f} is what always "
         f"answering the more common label scores ({majority:.3f} of the held-out pairs); the masked words "
-        "are learned first and the pairs later in a run, so train longer for them (--time-budget)"
+        f"are learned first and the pairs later in a run, so train longer for them ({longer})"
     )
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +58,8 @@ from nanobert.errors import NanobertError
 from nanobert.model import BertForPreTraining, BertLMHeadModel
 from nanobert.objectives.mlm_nsp import nsp_not_learned
 from nanobert.objectives.registry import OBJECTIVES, Objective, objective_of
-from nanobert.pretraining.resume import refuse_a_finished_run
+from nanobert.pretraining.longer import longer_command, longer_note
+from nanobert.pretraining.resume import continue_records, refuse_a_finished_run
 from nanobert.pretraining.size_rule import choose_size
 from nanobert.tokenizer import encode_documents, load_tokenizer, tokenizer_digest, train_tokenizer
 from nanobert.use.plots import plot_curves
@@ -85,6 +85,7 @@ class _Setup:
     resume_state: dict | None = None
     size_note: str | None = None  # how the run chose its size (`size_rule.choose_size`)
     precision: dict[str, str] | None = None  # the autocast chosen and why, once `_job` has chosen
+    longer: bool = False  # the resume goes on as one longer run (`longer.py`)
 
 
 def pretrain(
@@ -100,6 +101,7 @@ def pretrain(
     tokenizer_dir: str | Path | None = None,
     announce: str | None = None,
     quiet: bool = False,
+    longer: bool = False,
 ) -> dict[str, Any]:
     """Train BertForPreTraining with MLM + NSP, or BertLMHeadModel on the next word with
     `train_config.objective="causal"`; write best/, last/, metrics.jsonl, summary.json, curves.png.
@@ -107,7 +109,9 @@ def pretrain(
     With `resume` (a checkpoint directory), weights, optimizer, data position and RNG states come from it and
     the run continues its original plan; `train_config` then only changes the length (max_steps counts all
     steps). `out_dir` may be the resumed run's directory or a new one, which then receives the run's earlier
-    records too. `stop_after` ends the run after that many total steps without changing its schedule.
+    records too. With `longer`, the resume (RUN/pre-decay, or RUN/last before the decay) continues its run as
+    one longer run (`longer.py`), in its own folder too, where the shorter run is first kept aside.
+    `stop_after` ends the run after that many total steps without changing its schedule.
     `tokenizer_dir` reuses a saved tokenizer instead of training one (a trained one is a function of the
     training text and the vocabulary settings alone, `train_tokenizer`). `sources.prepared` streams a corpus
     written by `nanobert prepare` (its tokenizer comes with it).
@@ -123,7 +127,7 @@ def pretrain(
     ctx, device = from_environment(resolve_device(train_config.device))
     try:
         args = (model_config, train_config, sources, Path(out_dir), resume, overwrite, tokenizer_dir)
-        setup = _setup(ctx, device, *args)
+        setup = _setup(ctx, device, *args, longer)
         job, plan, run, log = _job(setup, stop_after, preset, quiet)
         if announce:
             log.say(f"nanobert: {announce}")
@@ -144,6 +148,7 @@ def _setup(
     resume: str | Path | None,
     overwrite: bool,
     tokenizer_dir: str | Path | None,
+    longer: bool,
 ) -> _Setup:
     """Check the input, then build the tokenizer, model, held-out batches and batch stream; the output
     directory is created only once all of that loaded, so bad input fails before anything is written."""
@@ -160,7 +165,7 @@ def _setup(
             raise wrong_kind(resume, kind, "a pretraining run to resume")
         resume_state = load_trainer_state(resume)
     in_place = resume is not None and out_dir.resolve() == resume.resolve().parent
-    if in_place and not overwrite:
+    if in_place and not overwrite and not longer:  # a longer run keeps the shorter one aside instead
         refuse_going_back(resume, out_dir / "last")
     if not in_place:
         prepare_out_dir(out_dir, overwrite, create=False, inputs=(tokenizer_dir,))
@@ -182,7 +187,7 @@ def _setup(
         prepare_out_dir(out_dir, overwrite, need=checkpoint_bytes(model, trainer_state=True))
     return _Setup(
         ctx, device, cfg, objective, sources, out_dir, model, data.tokenizer, stream, held_out,
-        data.note, data.counts, resume, resume_state, size_note,
+        data.note, data.counts, resume, resume_state, size_note, longer=longer,
     )  # fmt: skip
 
 
@@ -292,6 +297,7 @@ def _plan(cfg: TrainConfig, stream: BatchStream, stop_after: int | None) -> Plan
         checkpoint_interval=cfg.checkpoint_interval or cfg.eval_interval,
         stop_after=stop_after,
         early_stopping_patience=cfg.early_stopping_patience,
+        keep_pre_decay=True,  # what a longer run continues from (`longer.py`)
     )
 
 
@@ -315,14 +321,11 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
     objective = s.objective
     amp_dtype, why = _precision(s, objective)
     s.precision = {"chosen": "bf16" if amp_dtype else "fp32", "why": why}
-    extra = {
-        "data": dataclasses.asdict(s.sources),
-        "preset": preset,
-        "precision": "bf16" if amp_dtype else "fp32",
-    }
+    extra = {"data": dataclasses.asdict(s.sources), "preset": preset, "precision": s.precision["chosen"]}
 
     def save(name: str, run: RunState, state: dict | None) -> Path:
-        path, tokenizer, extras = s.out_dir / name, s.tokenizer, {**extra, "step": run.step}
+        schedule = {"in_decay": run.in_decay, "pre_decay_step": run.pre_decay_step}  # `longer.py` reads it
+        path, tokenizer, extras = s.out_dir / name, s.tokenizer, {**extra, "step": run.step, **schedule}
         return save_checkpoint(path, model, cfg, tokenizer, state, extra=extras, kind=objective.kind)
 
     job = Job(
@@ -350,7 +353,9 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
     if s.size_note:
         log.say(f"nanobert: {s.size_note}")
     if s.resume is not None:
-        _continue_records(s, run, log)
+        kept = continue_records(s.resume, s.out_dir, run, log, s.ctx.is_main, s.longer)
+        if s.longer:
+            log.say(f"nanobert: {longer_note(s.resume, run.step, cfg, kept)}")
     return job, plan, run, log
 
 
@@ -377,17 +382,6 @@ def _precision(setup: _Setup, objective: Objective) -> tuple[torch.dtype | None,
     return s.ctx.on_main(
         lambda: training_precision(cfg.precision, s.model, objective.loss, sample, s.device, cfg.objective)
     )
-
-
-def _continue_records(setup: _Setup, run: RunState, log: RunLog) -> None:
-    """Resuming: keep the run's records up to the resumed step. Into a new --out, copy them over, and the
-    run's best/ too when it is the best the resumed state knows, so the new directory holds the whole run."""
-    source_run = setup.resume.resolve().parent
-    log.continue_from(run.step, earlier=source_run / METRICS_NAME)
-    best, target = source_run / "best", setup.out_dir / "best"
-    if setup.ctx.is_main and source_run != setup.out_dir.resolve() and best.is_dir() and not target.exists():
-        if read_config(best).get("step") == run.best_step:
-            shutil.copytree(best, target)
 
 
 def _say_plan(setup: _Setup, plan: Plan, run: RunState, log: RunLog) -> None:
@@ -432,10 +426,14 @@ def _finish(
         f"nanobert: {outcome.stop_reason} at step {run.step} in {run.train_time:.0f} s "
         f"({summary['tokens_per_s']:,.0f} tokens/s); outputs in {s.out_dir}"
     )
+    longer = longer_command(s.out_dir, s.cfg, run) if outcome.stop_reason == "finished" else None
     if run.best_step is not None:
         log.say(f"nanobert: best/ is step {run.best_step}: {run.best_reason}")
-        if note := nsp_not_learned(run.best(), s.eval_batches):
+        if note := nsp_not_learned(run.best(), s.eval_batches, longer or "--time-budget"):
             log.say(f"nanobert: {note}")
+            longer = None  # said once
+    if longer:
+        log.say(f"nanobert: to train longer as one run, from before its decay began: {longer}")
     if outcome.signalled:
         log.say(f"nanobert: resume with: nanobert pretrain --resume {s.out_dir / 'last'}")
     return summary
