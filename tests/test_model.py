@@ -9,6 +9,7 @@ from nanobert.data.masking import masked_positions, query_layout
 from nanobert.errors import NanobertError
 from nanobert.model import BertForPreTraining, BertForSequenceClassification
 from nanobert.pretraining.recipes import MODEL_PRESETS
+from nanobert.tokenizer import CLS_ID, MASK_ID, SEP_ID
 
 
 def random_batch(config, B=3, T=11, pad_last=0):
@@ -230,6 +231,16 @@ def test_roles_attention_gives_half_the_heads_positions_and_half_the_words(tiny_
     assert on_same[: nh // 2].max() < 2 * chance, on_same
     where = probs[: nh // 2].mean(0)
     assert where.diagonal(0).mean() > where.diagonal(1).mean() > 2 * where.diagonal(15).mean()
+    # [CLS] and [MASK] name no word: their rows start blank where the "what" heads read, so there a [MASK]
+    # does not attend to the other [MASK]s as a word attends to its copies.
+    assert emb.word_embeddings.weight[[CLS_ID, MASK_ID], half:].abs().max() == 0
+    pair = torch.cat(
+        [torch.tensor([CLS_ID]), a[:10], torch.tensor([MASK_ID, SEP_ID]), b, torch.tensor([MASK_ID])]
+    )
+    types = (torch.arange(len(pair)) > 11).long()
+    what = model.bert(pair[None], types[None], output_attentions=True).attentions[0][0, nh // 2 :]
+    masks = [11, len(pair) - 1]
+    assert what[:, masks[0], masks[1]].max() < 0.1 and what[:, masks[1], masks[0]].max() < 0.1
 
 
 def test_pre_layer_norm_runs_and_differs(tiny_config):

@@ -30,7 +30,7 @@ from torch import nn
 
 from nanobert.config import ModelConfig
 from nanobert.fast import Dropout, dropout, linear_cross_entropy
-from nanobert.tokenizer import IGNORE_INDEX
+from nanobert.tokenizer import CLS_ID, IGNORE_INDEX, MASK_ID
 
 
 class Embeddings(nn.Module):
@@ -376,11 +376,19 @@ def roles_init(embeddings: Embeddings, layers: nn.ModuleList, config: ModelConfi
     attends to itself and to the same word anywhere in the pair, the lexical overlap that tells two
     sentences of one text from two of different texts. Each head's scale is set from its half's spread after
     the first LayerNorm, so that a token's score with itself averages `mimetic_score`.
+
+    `[CLS]` and `[MASK]` name no word, so their token rows start blank in the second half: the "what" heads
+    give them no word to match (a `[MASK]` no longer attends to every other `[MASK]`; where the two attend
+    there is set by the LayerNorm's offset alone). Masked-word prediction then finds nothing in those heads
+    to use and leaves them to the pair, which next-sentence prediction takes up: after the first run's steps
+    a "what" head still puts most of a B word's attention on its copy in A, and the run fine-tunes to
+    sentence pairs far better (record 2026-12-04-pair-kept).
     """
     H, nh, r = config.hidden_size, config.num_attention_heads, config.initializer_range
     half, head_dim = H // 2, H // nh
     for table in (embeddings.position_embeddings.weight, embeddings.token_type_embeddings.weight):
         table[:, half:] = 0.0
+    embeddings.word_embeddings.weight[[CLS_ID, MASK_ID], half:] = 0.0  # no word: nothing for "what" to read
     # Variance per dimension before the LayerNorm: token r^2 everywhere; position (r x scale)^2 and segment
     # r^2 in the first half only. The LayerNorm divides by the mean of the two halves.
     where_var = r**2 * (2.0 + config.position_embedding_scale**2)

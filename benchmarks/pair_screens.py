@@ -1,0 +1,157 @@
+"""Screens for a recipe that keeps the pair: `quality.py` with a changed start or training, by name.
+
+Each screen changes one thing the model file or the data code does, here in the script, so a losing screen
+never reaches the package; a winner moves into `model.py` or `data/` and the recipe. Every other option is
+`quality.py`'s, passed through after `--` (or, after `-- nanobert`, a command of the CLI):
+
+    OMP_NUM_THREADS=1 python benchmarks/pair_screens.py --screen blank-specials -- --preset wikitext2-cpu \\
+        --set num_hidden_layers=2 --max-steps 2500 --seeds 2 --tokenizer TOK --train $S/train.raw \\
+        --valid $S/dev.raw --test $D/wiki.test.raw --glue $G --glue-tasks stsb --finetune-seeds 1 --keep RUNS
+
+Screens:
+- `blank-specials`: the `[CLS]` and `[MASK]` token rows start with nothing in the half the "what" heads
+  read, so those heads give them no identity: a `[MASK]` no longer matches every other `[MASK]` (45% of a
+  recipe's tokens) and `[CLS]` no longer matches only itself (the first form: the heads not centred, so a
+  blank row still scores its LayerNorm offset and attends to whichever word that favours).
+- `roles-before`: the roles start before the specials' rows and the centred "what" heads (a control).
+- `blank-uncentred`: `roles-before` with the `[CLS]` and `[MASK]` rows blanked (what `blank-specials` ran
+  before the model centred its "what" heads).
+- `balanced-batches`: length buckets hold as many true pairs as random ones. Random Bs are shorter, so plain
+  buckets hold 22% to 94% true pairs and the next-sentence head's bias swings with every batch.
+- `nsp-x4`: the NSP term weighted 4x in the training loss (held-out figures unchanged).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import quality
+import torch
+
+from nanobert import cli
+from nanobert import model as model_file
+from nanobert.data import nsp
+from nanobert.objectives import mlm_nsp as objective_file
+from nanobert.objectives import registry
+from nanobert.tokenizer import CLS_ID, MASK_ID
+
+
+def blank_specials() -> None:
+    """After the roles start, the [CLS] and [MASK] rows' second half (what the "what" heads read) is zero."""
+    roles_init = model_file.roles_init
+
+    @torch.no_grad()
+    def patched(embeddings, layers, config):
+        roles_init(embeddings, layers, config)
+        half = config.hidden_size // 2
+        embeddings.word_embeddings.weight[[CLS_ID, MASK_ID], half:] = 0.0
+
+    model_file.roles_init = patched
+
+
+def balanced_batches() -> None:
+    """Each length-sorted window interleaves the true and the random pairs by their length ranks, so a batch
+    of consecutive instances is half of each (up to the window's own share)."""
+    original = nsp.batches
+
+    def patched(instances, batch_size, seed, epoch, drop_last=False, bucket=False):
+        if not bucket:
+            return original(instances, batch_size, seed, epoch, drop_last, bucket)
+        rng = nsp.seeded_rng("batches", seed, epoch)
+        order = list(range(len(instances)))
+        rng.shuffle(order)
+        window = 100 * batch_size
+        for start in range(0, len(order), window):
+            part = order[start : start + window]
+            ranked = []
+            for label in (0, 1):
+                same = [j for j in part if instances[j].next_sentence_label == label]
+                same.sort(key=lambda j: len(instances[j].input_ids))
+                ranked += [((r + 0.5) / len(same), label, j) for r, j in enumerate(same)]
+            order[start : start + window] = [j for _, _, j in sorted(ranked)]
+        groups = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+        if drop_last and groups and len(groups[-1]) < batch_size:
+            groups.pop()
+        rng.shuffle(groups)
+        return [[instances[j] for j in group] for group in groups]
+
+    nsp.batches = patched
+
+
+def nsp_weight(weight: float):
+    def install() -> None:
+        original = objective_file.mlm_nsp_loss
+
+        def patched(model, batch):
+            out = original(model, batch)
+            out["loss"] = out["mlm_loss"] + weight * out["nsp_loss"]
+            return out
+
+        objective_file.mlm_nsp_loss = patched
+        registry.OBJECTIVES["mlm_nsp"] = dataclasses.replace(registry.OBJECTIVES["mlm_nsp"], loss=patched)
+
+    return install
+
+
+def roles_before() -> None:
+    """The roles start as it was before `[CLS]` and `[MASK]` started blank (a control): the same draws, the
+    specials' rows as drawn, the "what" heads not centred."""
+
+    @torch.no_grad()
+    def before(embeddings, layers, config):
+        H, nh, r = config.hidden_size, config.num_attention_heads, config.initializer_range
+        half, head_dim = H // 2, H // nh
+        for table in (embeddings.position_embeddings.weight, embeddings.token_type_embeddings.weight):
+            table[:, half:] = 0.0
+        where_var = r**2 * (2.0 + config.position_embedding_scale**2)
+        what_var = r**2
+        mean_var = (where_var + what_var) / 2
+        for layer in layers:
+            qkv = layer.attention.qkv
+            w_q = torch.zeros(H, H, device=qkv.weight.device)
+            for h in range(nh):
+                cols = slice(0, half) if h < nh // 2 else slice(half, H)
+                var = (where_var if h < nh // 2 else what_var) / mean_var
+                std = (config.mimetic_score / (head_dim**0.5 * half * var)) ** 0.5
+                rows = slice(h * head_dim, (h + 1) * head_dim)
+                w_q[rows, cols] = torch.randn(head_dim, half, device=qkv.weight.device) * std
+            qkv.weight[:H] = w_q
+            qkv.weight[H : 2 * H] = w_q
+
+    model_file.roles_init = before
+
+
+def blank_uncentred() -> None:
+    """`blank-specials` in its first form: the roles start before, then the [CLS] and [MASK] rows blanked."""
+    roles_before()
+    blank_specials()
+
+
+SCREENS = {
+    "blank-specials": blank_specials,
+    "roles-before": roles_before,
+    "blank-uncentred": blank_uncentred,
+    "balanced-batches": balanced_batches,
+    "nsp-x4": nsp_weight(4.0),
+}
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    names = [a for a in argv[:split] if a != "--screen"]
+    unknown = sorted(set(names) - set(SCREENS))
+    if unknown:
+        sys.exit(f"pair_screens.py: unknown screen(s) {', '.join(unknown)}; choose from {', '.join(SCREENS)}")
+    for name in names:
+        SCREENS[name]()
+    rest = argv[split + 1 :]
+    if rest[:1] == ["nanobert"]:  # the CLI itself, e.g. `-- nanobert pretrain ...`
+        raise SystemExit(cli.main(rest[1:]))
+    sys.argv = [sys.argv[0], *rest]
+    quality.main()
+
+
+if __name__ == "__main__":
+    main()
