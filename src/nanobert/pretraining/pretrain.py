@@ -363,8 +363,13 @@ def _reproduced_by(setup: _Setup) -> str:
     """The line that says what a rerun must match to give this run's numbers (docs/training.md)."""
     versions = ", ".join(f"{name} {v}" for name, v in software_versions().items() if name != "python")
     tokenizer = setup.tokenizer
+    clock = (
+        " (a time budget: the steps follow the clock; --max-steps repeats a run)"
+        if setup.cfg.time_budget
+        else ""
+    )
     return (
-        f"the same command reproduces this run with seed {setup.cfg.seed}, tokenizer "
+        f"the same command reproduces this run{clock} with seed {setup.cfg.seed}, tokenizer "
         f"{tokenizer_digest(tokenizer)[:12]} ({tokenizer.get_vocab_size()} pieces), "
         f"{torch.get_num_threads()} threads, {versions}"
     )
