@@ -19,6 +19,9 @@ Screens:
 - `balanced-batches`: length buckets hold as many true pairs as random ones. Random Bs are shorter, so plain
   buckets hold 22% to 94% true pairs and the next-sentence head's bias swings with every batch.
 - `nsp-x4`: the NSP term weighted 4x in the training loss (held-out figures unchanged).
+- `frozen-match`: the "what" heads' query and key rows (weights and biases) keep their start: their
+  gradients are zeroed, so the word match can only fade through the embeddings and LayerNorms it reads.
+  Run it with `-- nanobert pretrain ...`: in quality.py the fine-tuning would be frozen too.
 """
 
 from __future__ import annotations
@@ -128,12 +131,36 @@ def blank_uncentred() -> None:
     blank_specials()
 
 
+def frozen_match() -> None:
+    """The "what" heads' query and key rows never train: a gradient hook zeroes them on every backward."""
+    roles_init = model_file.roles_init
+
+    def patched(embeddings, layers, config):
+        roles_init(embeddings, layers, config)
+        H, nh = config.hidden_size, config.num_attention_heads
+        rows = torch.zeros(3 * H, dtype=torch.bool)
+        for block in (0, H):  # the query block, then the key block (they start equal)
+            rows[block + H // 2 : block + H] = True  # heads nh/2 .. nh-1 are the "what" heads
+
+        def keep(grad):
+            grad = grad.clone()
+            grad[rows.to(grad.device)] = 0.0
+            return grad
+
+        for layer in layers:
+            layer.attention.qkv.weight.register_hook(keep)
+            layer.attention.qkv.bias.register_hook(keep)
+
+    model_file.roles_init = patched
+
+
 SCREENS = {
     "blank-specials": blank_specials,
     "roles-before": roles_before,
     "blank-uncentred": blank_uncentred,
     "balanced-batches": balanced_batches,
     "nsp-x4": nsp_weight(4.0),
+    "frozen-match": frozen_match,
 }
 
 
