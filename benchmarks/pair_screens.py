@@ -137,7 +137,7 @@ def frozen_match() -> None:
 
     def patched(embeddings, layers, config):
         roles_init(embeddings, layers, config)
-        H, nh = config.hidden_size, config.num_attention_heads
+        H = config.hidden_size
         rows = torch.zeros(3 * H, dtype=torch.bool)
         for block in (0, H):  # the query block, then the key block (they start equal)
             rows[block + H // 2 : block + H] = True  # heads nh/2 .. nh-1 are the "what" heads
