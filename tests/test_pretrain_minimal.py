@@ -26,7 +26,7 @@ def load_script():
 
 
 def test_the_first_20_losses_are_the_engines(tmp_path, capsys):
-    # One tokenizer for both: WordPiece training breaks ties by hash order, so two trainings can differ.
+    # One tokenizer for both, trained once (the same corpus trains the same one; this saves the time).
     tokenizer = tmp_path / "tokenizer"
     documents = load_documents("toy")
     save_tokenizer(train_tokenizer((s for d in documents for s in d), 200, min_frequency=1), tokenizer)
