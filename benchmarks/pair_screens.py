@@ -22,6 +22,9 @@ Screens:
 - `frozen-match`: the "what" heads' query and key rows (weights and biases) keep their start: their
   gradients are zeroed, so the word match can only fade through the embeddings and LayerNorms it reads.
   Run it with `-- nanobert pretrain ...`: in quality.py the fine-tuning would be frozen too.
+- `confined-positions`: the position and segment rows keep nothing in the "what" half for the whole run
+  (their gradients there are zeroed), so a "what" head in the first layer cannot tell a word from its copy
+  by where it stands. With `frozen-match`, the first layer's "what" heads match words by construction.
 """
 
 from __future__ import annotations
@@ -154,6 +157,25 @@ def frozen_match() -> None:
     model_file.roles_init = patched
 
 
+def confined_positions() -> None:
+    """The position and segment rows' second half stays zero: a gradient hook zeroes it on every backward."""
+    roles_init = model_file.roles_init
+
+    def patched(embeddings, layers, config):
+        roles_init(embeddings, layers, config)
+        half = config.hidden_size // 2
+
+        def keep(grad):
+            grad = grad.clone()
+            grad[:, half:] = 0.0
+            return grad
+
+        embeddings.position_embeddings.weight.register_hook(keep)
+        embeddings.token_type_embeddings.weight.register_hook(keep)
+
+    model_file.roles_init = patched
+
+
 SCREENS = {
     "blank-specials": blank_specials,
     "roles-before": roles_before,
@@ -161,6 +183,7 @@ SCREENS = {
     "balanced-batches": balanced_batches,
     "nsp-x4": nsp_weight(4.0),
     "frozen-match": frozen_match,
+    "confined-positions": confined_positions,
 }
 
 
