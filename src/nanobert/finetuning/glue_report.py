@@ -181,9 +181,9 @@ def notes(report: dict) -> list[str]:
             f"- Test-set predictions for the GLUE server (seed {seed}, pretrained): submission/ ({files})."
         )
     minutes = sum(r["seconds"] for r in report["runs"]) / 60
-    lines.append(
-        f"- {len(report['runs'])} fine-tuning runs, {minutes:.1f} minutes; each in TASK/INIT-seedN/."
-    )
+    count = len(report["runs"])
+    runs = f"{count} fine-tuning run{'s' if count != 1 else ''}"
+    lines.append(f"- {runs}, {minutes:.1f} minutes; each in TASK/INIT-seedN/.")
     if report["stopped_by_signal"]:
         lines.append("- Stopped by a signal before every run finished: run the same command again to finish.")
     return lines
