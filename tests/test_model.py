@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from nanobert.config import ModelConfig
 from nanobert.data.masking import masked_positions, query_layout
 from nanobert.errors import NanobertError
-from nanobert.model import BertForPreTraining, BertForSequenceClassification
+from nanobert.model import BertForPreTraining, BertForSequenceClassification, keep_roles
 from nanobert.pretraining.recipes import MODEL_PRESETS
 from nanobert.tokenizer import CLS_ID, MASK_ID, SEP_ID
 
@@ -188,6 +188,41 @@ def test_mimetic_attention_starts_with_keys_equal_to_queries_and_local_attention
     assert near[0] > near[1] > 2 * far and near[0] > 5 * probs.mean().item(), (near, far)
     uniform = normal.eval().bert(ids, output_attentions=True).attentions[0].mean((0, 1))
     assert uniform.diagonal().mean().item() < 2 * uniform.mean().item()  # BERT's init: near uniform
+
+
+def test_keep_roles_keeps_the_match_rows_and_trains_the_rest(tiny_config):
+    """keep_roles: after AdamW steps the "what" heads' query and key rows are still equal to each other (no
+    gradient; weight decay shrinks both alike) and the positions' and segments' "what" half is still zero,
+    while the "where" heads' rows and everything else have moved."""
+    cfg = dataclasses.replace(tiny_config, attention_init="roles")
+    torch.manual_seed(0)
+    model = BertForPreTraining(cfg)
+    start = {name: p.detach().clone() for name, p in model.named_parameters()}
+    keep_roles(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+    ids = torch.randint(5, cfg.vocab_size, (3, 11))
+    for _ in range(3):
+        out = model(input_ids=ids, token_type_ids=(torch.arange(11) > 5).long().expand(3, -1))
+        (out.prediction_logits.logsumexp(-1).mean() + out.seq_relationship_logits.pow(2).mean()).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    H, half = cfg.hidden_size, cfg.hidden_size // 2
+    emb = model.bert.embeddings
+    assert emb.position_embeddings.weight[:, half:].abs().max() == 0
+    assert emb.token_type_embeddings.weight[:, half:].abs().max() == 0
+    assert not torch.equal(
+        emb.position_embeddings.weight[:, :half],
+        start["bert.embeddings.position_embeddings.weight"][:, :half],
+    )
+    for i, layer in enumerate(model.bert.layers):
+        w, b = layer.attention.qkv.weight, layer.attention.qkv.bias
+        kept = start[f"bert.layers.{i}.attention.qkv.weight"]
+        assert torch.equal(w[half:H], w[H + half : 2 * H])  # the "what" query and key rows: no gradient
+        assert torch.allclose(w[half:H], kept[half:H], rtol=1e-3)  # only the decay's shrink
+        assert torch.equal(b[half:H], b[H + half : 2 * H])
+        assert not torch.equal(w[:half], w[H : H + half])  # the "where" rows trained, each its own way
+    with pytest.raises(NanobertError, match="roles"):
+        keep_roles(BertForPreTraining(dataclasses.replace(tiny_config, attention_init="mimetic")))
 
 
 def test_roles_attention_gives_half_the_heads_positions_and_half_the_words(tiny_config):

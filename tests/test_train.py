@@ -163,6 +163,27 @@ def test_toy_corpus_is_memorised(tmp_path, capsys, threads):
     assert metrics["mlm_accuracy"] >= 0.95 and metrics["nsp_accuracy"] >= 0.95, metrics
 
 
+def test_keep_roles_is_a_pretraining_setting(tmp_path, capsys):
+    """`--set keep_roles=true` reaches the model of a run: its positions' "what" half is still zero after
+    training; with a start that has no roles it is refused in one line."""
+    from safetensors.torch import load_file
+
+    run = tmp_path / "kept"
+    assert (
+        pretrain(tmp_path, run, "--max-steps", "4", "--set", "attention_init=roles", "keep_roles=true") == 0
+    )
+    weights = load_file(run / "last" / "model.safetensors")
+    positions = weights["bert.embeddings.position_embeddings.weight"]
+    half = positions.shape[1] // 2
+    assert positions[:, half:].abs().max() == 0 and positions[:, :half].abs().max() > 0
+    capsys.readouterr()
+    refused = pretrain(
+        tmp_path, tmp_path / "no", "--max-steps", "2", "--set", "attention_init=mimetic", "keep_roles=true"
+    )
+    err = capsys.readouterr().err
+    assert refused == 2 and "keep_roles needs the roles start" in err and "Traceback" not in err
+
+
 def test_the_log_says_when_next_sentence_is_not_learned_yet():
     """A head that answers one label for every pair scores the majority label's share: the run's last lines
     say so and what to do, instead of leaving a user to read 0.57 as a weak model."""

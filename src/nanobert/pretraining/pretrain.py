@@ -55,7 +55,7 @@ from nanobert.engine.precision import training_precision
 from nanobert.engine.run_log import METRICS_NAME, RunLog, checkpoint_bytes, prepare_out_dir, write_summary
 from nanobert.engine.run_state import RunState, restore_rng
 from nanobert.errors import NanobertError
-from nanobert.model import BertForPreTraining, BertLMHeadModel
+from nanobert.model import BertForPreTraining, BertLMHeadModel, keep_roles
 from nanobert.objectives.mlm_nsp import nsp_not_learned
 from nanobert.objectives.registry import OBJECTIVES, Objective, objective_of
 from nanobert.pretraining.longer import longer_command, longer_note
@@ -314,6 +314,8 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
         restore_rng(s.resume_state["rng"], s.ctx, device, cfg.seed, run.step)
     plan = _plan(cfg, s.stream, stop_after)
     s.stream.set_progress(plan.progress(run.step, run.train_time))  # a resumed run's, before any prefetch
+    if cfg.keep_roles:  # before compile and DDP wrap the model: the hooks ride along
+        keep_roles(model)
     train_model = torch.compile(model) if cfg.compile else model  # keep `model` unwrapped for saving
     if s.ctx.enabled:
         device_ids = [device.index] if device.type == "cuda" else None
