@@ -10,12 +10,12 @@ never reaches the package; a winner moves into `model.py` or `data/` and the rec
 
 Screens:
 - `blank-specials`: the `[CLS]` and `[MASK]` token rows start with nothing in the half the "what" heads
-  read, so those heads give them no identity: a `[MASK]` no longer matches every other `[MASK]` (45% of a
-  recipe's tokens) and `[CLS]` no longer matches only itself (the first form: the heads not centred, so a
-  blank row still scores its LayerNorm offset and attends to whichever word that favours).
-- `roles-before`: the roles start before the specials' rows and the centred "what" heads (a control).
-- `blank-uncentred`: `roles-before` with the `[CLS]` and `[MASK]` rows blanked (what `blank-specials` ran
-  before the model centred its "what" heads).
+  read, so those heads give them no identity: a `[MASK]` no longer matches every other `[MASK]` (a third of a
+  recipe's tokens) and `[CLS]` no longer matches only itself. The model's start does this now (`roles_init`),
+  so on today's code the screen changes nothing; it names the rows of the record that screened it.
+- `roles-before`: the roles start before the specials' rows were blanked (a control).
+- `blank-uncentred`: `roles-before`, then the rows blanked: today's start (a centred variant of the "what"
+  heads was screened and not kept).
 - `balanced-batches`: length buckets hold as many true pairs as random ones. Random Bs are shorter, so plain
   buckets hold 22% to 94% true pairs and the next-sentence head's bias swings with every batch.
 - `nsp-x4`: the NSP term weighted 4x in the training loss (held-out figures unchanged).
@@ -101,29 +101,15 @@ def nsp_weight(weight: float):
 
 
 def roles_before() -> None:
-    """The roles start as it was before `[CLS]` and `[MASK]` started blank (a control): the same draws, the
-    specials' rows as drawn, the "what" heads not centred."""
+    """The roles start as it was before `[CLS]` and `[MASK]` started blank (a control): the model's start with
+    the specials' rows put back as drawn (blanking them draws nothing, so every other weight is the same)."""
+    roles_init = model_file.roles_init
 
     @torch.no_grad()
     def before(embeddings, layers, config):
-        H, nh, r = config.hidden_size, config.num_attention_heads, config.initializer_range
-        half, head_dim = H // 2, H // nh
-        for table in (embeddings.position_embeddings.weight, embeddings.token_type_embeddings.weight):
-            table[:, half:] = 0.0
-        where_var = r**2 * (2.0 + config.position_embedding_scale**2)
-        what_var = r**2
-        mean_var = (where_var + what_var) / 2
-        for layer in layers:
-            qkv = layer.attention.qkv
-            w_q = torch.zeros(H, H, device=qkv.weight.device)
-            for h in range(nh):
-                cols = slice(0, half) if h < nh // 2 else slice(half, H)
-                var = (where_var if h < nh // 2 else what_var) / mean_var
-                std = (config.mimetic_score / (head_dim**0.5 * half * var)) ** 0.5
-                rows = slice(h * head_dim, (h + 1) * head_dim)
-                w_q[rows, cols] = torch.randn(head_dim, half, device=qkv.weight.device) * std
-            qkv.weight[:H] = w_q
-            qkv.weight[H : 2 * H] = w_q
+        drawn = embeddings.word_embeddings.weight[[CLS_ID, MASK_ID]].clone()
+        roles_init(embeddings, layers, config)
+        embeddings.word_embeddings.weight[[CLS_ID, MASK_ID]] = drawn
 
     model_file.roles_init = before
 

@@ -421,23 +421,22 @@ def keep_roles(model: nn.Module) -> list:
         raise NanobertError(
             f"keep_roles needs the roles start (attention_init 'roles'), not {config.attention_init!r}"
         )
-    H = config.hidden_size
-    what_qk = torch.zeros(3 * H, dtype=torch.bool)
+    H, device = config.hidden_size, bert.embeddings.position_embeddings.weight.device
+    what_qk = torch.zeros(3 * H, dtype=torch.bool, device=device)  # masks built once, not every backward
     what_qk[H // 2 : H] = what_qk[H + H // 2 : 2 * H] = True  # the query and key rows of heads nh/2 .. nh-1
+    what_half = torch.arange(H, device=device) >= H // 2  # the columns of an embedding table's second half
 
-    def no_grad_rows(grad: torch.Tensor) -> torch.Tensor:
-        return grad.masked_fill(what_qk.to(grad.device).view(-1, *([1] * (grad.dim() - 1))), 0.0)
+    def no_grad(mask: torch.Tensor):
+        return lambda grad: grad.masked_fill(mask, 0.0)
 
-    def no_grad_what_half(grad: torch.Tensor) -> torch.Tensor:
-        grad = grad.clone()
-        grad[:, H // 2 :] = 0.0
-        return grad
-
-    handles = [bert.embeddings.position_embeddings.weight.register_hook(no_grad_what_half)]
-    handles.append(bert.embeddings.token_type_embeddings.weight.register_hook(no_grad_what_half))
+    emb = bert.embeddings
+    handles = [
+        table.weight.register_hook(no_grad(what_half))
+        for table in (emb.position_embeddings, emb.token_type_embeddings)
+    ]
     for layer in bert.layers:
-        handles += [layer.attention.qkv.weight.register_hook(no_grad_rows)]
-        handles += [layer.attention.qkv.bias.register_hook(no_grad_rows)]
+        handles.append(layer.attention.qkv.weight.register_hook(no_grad(what_qk[:, None])))
+        handles.append(layer.attention.qkv.bias.register_hook(no_grad(what_qk)))
     return handles
 
 
