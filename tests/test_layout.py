@@ -41,6 +41,7 @@ ROLES = [
     "tokenizer",  # WordPiece, the special ids and IGNORE_INDEX
     "data",  # text, tables, NSP pairs, masking, batch streams, shards: never the model
     "fast",  # speed-only stand-ins the model imports by name
+    "initialization",  # how the weights start beyond BERT's init, and keep_roles
     "model",  # the paper in one file
     "reference",  # the same forward pass in NumPy
     "checkpoints",  # checkpoint directories, their kinds, loading; a run's records read back
@@ -54,7 +55,18 @@ ROLES = [
     "cli",  # the command line on top
     "__main__",
 ]
-TOP_FILES = {"model", "config", "tokenizer", "reference", "fast", "errors", "files", "device", "__main__"}
+TOP_FILES = {
+    "model",
+    "initialization",
+    "config",
+    "tokenizer",
+    "reference",
+    "fast",
+    "errors",
+    "files",
+    "device",
+    "__main__",
+}
 # Optional packages, imported inside the function that needs them (starlette comes with fastapi).
 OPTIONAL = {"datasets", "transformers", "matplotlib", "fastapi", "starlette", "uvicorn"}
 MAX_MODULE_LINES, MAX_FUNCTION_LINES, MAX_COMMAND_LINES = 450, 60, 30

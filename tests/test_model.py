@@ -7,7 +7,8 @@ import torch.nn.functional as F
 from nanobert.config import ModelConfig
 from nanobert.data.masking import masked_positions, query_layout
 from nanobert.errors import NanobertError
-from nanobert.model import BertForPreTraining, BertForSequenceClassification, keep_roles
+from nanobert.initialization import keep_roles, what_heads, what_rows
+from nanobert.model import BertForPreTraining, BertForSequenceClassification
 from nanobert.pretraining.recipes import MODEL_PRESETS
 from nanobert.tokenizer import CLS_ID, MASK_ID, SEP_ID
 
@@ -190,14 +191,24 @@ def test_mimetic_attention_starts_with_keys_equal_to_queries_and_local_attention
     assert uniform.diagonal().mean().item() < 2 * uniform.mean().item()  # BERT's init: near uniform
 
 
-def test_keep_roles_keeps_the_match_rows_and_trains_the_rest(tiny_config):
+@pytest.mark.parametrize("heads,hidden", [(4, 32), (3, 30)])
+def test_keep_roles_keeps_the_match_rows_and_trains_the_rest(tiny_config, heads, hidden):
     """keep_roles: after AdamW steps the "what" heads' query and key rows are still equal to each other (no
     gradient; weight decay shrinks both alike) and the positions' and segments' "what" half is still zero,
-    while the "where" heads' rows and everything else have moved."""
-    cfg = dataclasses.replace(tiny_config, attention_init="roles")
+    while the "where" heads' rows and everything else have moved. With an odd head count the "what" heads
+    are the last ceil(nh / 2), the rows roles_init gives the token rows' half (not rows H/2 .. H)."""
+    cfg = dataclasses.replace(
+        tiny_config, attention_init="roles", num_attention_heads=heads, hidden_size=hidden
+    )
     torch.manual_seed(0)
     model = BertForPreTraining(cfg)
     start = {name: p.detach().clone() for name, p in model.named_parameters()}
+    H, half, rows = cfg.hidden_size, cfg.hidden_size // 2, what_rows(cfg)
+    hd = H // heads
+    assert list(what_heads(cfg)) == list(range(heads // 2, heads)) and rows == slice(heads // 2 * hd, H)
+    w0 = start["bert.layers.0.attention.qkv.weight"]
+    assert w0[rows, :half].abs().max() == 0 and w0[rows, half:].abs().min() > 0  # "what": words only
+    assert w0[: rows.start, half:].abs().max() == 0  # "where": positions only
     keep_roles(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
     ids = torch.randint(5, cfg.vocab_size, (3, 11))
@@ -206,7 +217,6 @@ def test_keep_roles_keeps_the_match_rows_and_trains_the_rest(tiny_config):
         (out.prediction_logits.logsumexp(-1).mean() + out.seq_relationship_logits.pow(2).mean()).backward()
         optimizer.step()
         optimizer.zero_grad()
-    H, half = cfg.hidden_size, cfg.hidden_size // 2
     emb = model.bert.embeddings
     assert emb.position_embeddings.weight[:, half:].abs().max() == 0
     assert emb.token_type_embeddings.weight[:, half:].abs().max() == 0
@@ -214,13 +224,16 @@ def test_keep_roles_keeps_the_match_rows_and_trains_the_rest(tiny_config):
         emb.position_embeddings.weight[:, :half],
         start["bert.embeddings.position_embeddings.weight"][:, :half],
     )
+    key = slice(H + rows.start, H + rows.stop)
     for i, layer in enumerate(model.bert.layers):
         w, b = layer.attention.qkv.weight, layer.attention.qkv.bias
         kept = start[f"bert.layers.{i}.attention.qkv.weight"]
-        assert torch.equal(w[half:H], w[H + half : 2 * H])  # the "what" query and key rows: no gradient
-        assert torch.allclose(w[half:H], kept[half:H], rtol=1e-3)  # only the decay's shrink
-        assert torch.equal(b[half:H], b[H + half : 2 * H])
-        assert not torch.equal(w[:half], w[H : H + half])  # the "where" rows trained, each its own way
+        assert torch.equal(w[rows], w[key])  # the "what" query and key rows: no gradient
+        assert torch.allclose(w[rows], kept[rows], rtol=1e-3)  # only the decay's shrink
+        assert torch.equal(b[rows], b[key])
+        assert not torch.equal(
+            w[: rows.start], w[H : key.start]
+        )  # the "where" rows trained, each its own way
     with pytest.raises(NanobertError, match="roles"):
         keep_roles(BertForPreTraining(dataclasses.replace(tiny_config, attention_init="mimetic")))
 

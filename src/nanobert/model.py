@@ -29,9 +29,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from nanobert.config import ModelConfig
-from nanobert.errors import NanobertError
 from nanobert.fast import Dropout, dropout, linear_cross_entropy
-from nanobert.tokenizer import CLS_ID, IGNORE_INDEX, MASK_ID
+from nanobert.initialization import init_starts
+from nanobert.tokenizer import IGNORE_INDEX
 
 
 class Embeddings(nn.Module):
@@ -331,115 +331,6 @@ def init_weights(module: nn.Module, initializer_range: float) -> None:
         nn.init.zeros_(module.bias)
 
 
-@torch.no_grad()
-def sinusoidal_init(table: torch.Tensor, std: float) -> None:
-    """Fill a (positions, H) table with sines and cosines of geometrically spaced frequencies (Vaswani et
-    al., 2017), scaled so its entries have spread `std`, like the normal init they replace.
-
-    Position p + k is a fixed rotation of position p in each (sin, cos) pair, so one query/key matrix can
-    score "k tokens away" at every position; random rows would each have to learn it.
-    """
-    positions, hidden = table.shape
-    p = torch.arange(positions, dtype=torch.float32)[:, None]  # (P, 1)
-    freq = torch.exp(-math.log(10000.0) * torch.arange(0, hidden, 2, dtype=torch.float32) / hidden)  # (H/2,)
-    angles = p * freq  # (P, H/2 rounded up): one per sine column; an odd H leaves the last without a cosine
-    table[:, 0::2] = torch.sin(angles)
-    table[:, 1::2] = torch.cos(angles[:, : hidden // 2])
-    table.mul_(std * math.sqrt(2.0))  # a sine over many periods has standard deviation 1/sqrt(2)
-
-
-@torch.no_grad()
-def mimetic_init(qkv: nn.Linear, num_heads: int, self_score: float) -> None:
-    """Start the key projection as a copy of the query projection (Trockman & Kolter 2023), so that q_i . k_j
-    = x_i W_q^T W_q x_j scores how alike tokens i and j are, and a token's score with itself (its inputs
-    LayerNorm'ed to unit spread) averages `self_score` after the 1 / sqrt(head size) scaling.
-
-    With sinusoidal position rows, the tokens most alike are a token and its neighbours: attention starts
-    local, where random weights start it uniform and take the frequent-words plateau to find the neighbours.
-    """
-    H = qkv.in_features
-    head_dim = H // num_heads
-    # q_i . q_i over a head: head_dim * H * std^2 for unit-spread inputs, then / sqrt(head_dim)
-    std = math.sqrt(self_score / (math.sqrt(head_dim) * H))
-    w_q = torch.randn(H, H, device=qkv.weight.device) * std  # (H out, H in), the heads side by side
-    qkv.weight[:H] = w_q
-    qkv.weight[H : 2 * H] = w_q
-
-
-@torch.no_grad()
-def roles_init(embeddings: Embeddings, layers: nn.ModuleList, config: ModelConfig) -> None:
-    """Mimetic attention with a role per head: the first half of the heads reads only where a token is, the
-    other half only what it is.
-
-    The position and segment rows start in the first half of the dimensions (the token rows fill all), and
-    each head's query (= key) projection reads one half: a "where" head scores positions, so it attends to
-    the neighbours as `mimetic_init` does; a "what" head scores the token rows alone, so from step 0 a word
-    attends to itself and to the same word anywhere in the pair, the lexical overlap that tells two
-    sentences of one text from two of different texts. Each head's scale is set from its half's spread after
-    the first LayerNorm, so that a token's score with itself averages `mimetic_score`.
-
-    `[CLS]` and `[MASK]` name no word, so their token rows start blank in the second half: the "what" heads
-    give them no word to match (a `[MASK]` no longer attends to every other `[MASK]`, a third of the recipe's
-    tokens; where the two attend there is set by the LayerNorm's offset alone). Two 5,600-step runs kept
-    the match and fine-tuned to STS-B 0.82 against 0.62 without the blank rows; the 15-minute first run did
-    not keep it (record 2026-12-04-pair-kept): what erodes it is still open.
-    """
-    H, nh, r = config.hidden_size, config.num_attention_heads, config.initializer_range
-    half, head_dim = H // 2, H // nh
-    for table in (embeddings.position_embeddings.weight, embeddings.token_type_embeddings.weight):
-        table[:, half:] = 0.0
-    embeddings.word_embeddings.weight[[CLS_ID, MASK_ID], half:] = 0.0  # no word: nothing for "what" to read
-    # Variance per dimension before the LayerNorm: token r^2 everywhere; position (r x scale)^2 and segment
-    # r^2 in the first half only. The LayerNorm divides by the mean of the two halves.
-    where_var = r**2 * (2.0 + config.position_embedding_scale**2)
-    what_var = r**2
-    mean_var = (where_var + what_var) / 2
-    for layer in layers:
-        qkv = layer.attention.qkv
-        w_q = torch.zeros(H, H, device=qkv.weight.device)
-        for h in range(nh):
-            cols = slice(0, half) if h < nh // 2 else slice(half, H)
-            var = (where_var if h < nh // 2 else what_var) / mean_var  # the half's spread after the LayerNorm
-            # q_i . q_i over a head: head_dim * half * std^2 * var, then / sqrt(head_dim)
-            std = math.sqrt(config.mimetic_score / (math.sqrt(head_dim) * half * var))
-            rows = slice(h * head_dim, (h + 1) * head_dim)
-            w_q[rows, cols] = torch.randn(head_dim, half, device=qkv.weight.device) * std
-        qkv.weight[:H] = w_q
-        qkv.weight[H : 2 * H] = w_q
-
-
-def keep_roles(model: nn.Module) -> list:
-    """Pretrain with the roles start's word match kept (`TrainConfig.keep_roles`): the "what" heads' query
-    and key rows, and the "what" half of the position and segment rows, get no gradient, so masked-word
-    prediction cannot turn those heads from the same word in the other sentence to the word itself, nor
-    can the positions make a word and its copy look different to them (weight decay still shrinks the
-    rows a little). Everything else trains; fine-tuning trains them too. At the first run's 5,397 steps it
-    fine-tuned to STS-B 0.81 (three seeds) where the same run without it gave 0.55 and the untrained start
-    0.75, masked words and next sentence level (record 2026-12-04-pair-kept). Returns the hooks' handles."""
-    config, bert = model.config, model.bert
-    if config.attention_init != "roles":
-        raise NanobertError(
-            f"keep_roles needs the roles start (attention_init 'roles'), not {config.attention_init!r}"
-        )
-    H, device = config.hidden_size, bert.embeddings.position_embeddings.weight.device
-    what_qk = torch.zeros(3 * H, dtype=torch.bool, device=device)  # masks built once, not every backward
-    what_qk[H // 2 : H] = what_qk[H + H // 2 : 2 * H] = True  # the query and key rows of heads nh/2 .. nh-1
-    what_half = torch.arange(H, device=device) >= H // 2  # the columns of an embedding table's second half
-
-    def no_grad(mask: torch.Tensor):
-        return lambda grad: grad.masked_fill(mask, 0.0)
-
-    emb = bert.embeddings
-    handles = [
-        table.weight.register_hook(no_grad(what_half))
-        for table in (emb.position_embeddings, emb.token_type_embeddings)
-    ]
-    for layer in bert.layers:
-        handles.append(layer.attention.qkv.weight.register_hook(no_grad(what_qk[:, None])))
-        handles.append(layer.attention.qkv.bias.register_hook(no_grad(what_qk)))
-    return handles
-
-
 class BertPreTrainedModel(nn.Module):
     """What every model with heads shares (transformers' `BertPreTrainedModel`): its config, the encoder
     `bert`, and BERT's initialisation of every weight once the heads exist (`post_init`)."""
@@ -450,18 +341,11 @@ class BertPreTrainedModel(nn.Module):
         self.bert = BertModel(config, add_pooling_layer)
 
     def post_init(self) -> None:
-        """Initialise every weight, heads included (`init_weights`); the last call of a model's __init__."""
+        """Initialise every weight, heads included (`init_weights`), then apply the config's starts
+        (`initialization.init_starts`: sinusoidal positions, mimetic or roles attention); the last call of a
+        model's __init__."""
         self.apply(lambda m: init_weights(m, self.config.initializer_range))
-        table = self.bert.embeddings.position_embeddings.weight
-        if self.config.position_embedding_init == "sinusoidal":
-            sinusoidal_init(table, self.config.initializer_range)
-        with torch.no_grad():
-            table.mul_(self.config.position_embedding_scale)  # either init; x 1.0 leaves BERT's exactly
-        if self.config.attention_init == "mimetic":
-            for layer in self.bert.layers:
-                mimetic_init(layer.attention.qkv, self.config.num_attention_heads, self.config.mimetic_score)
-        if self.config.attention_init == "roles":
-            roles_init(self.bert.embeddings, self.bert.layers, self.config)
+        init_starts(self)
 
 
 class BertForPreTraining(BertPreTrainedModel):
@@ -760,5 +644,4 @@ __all__ = [
     "QuestionAnsweringOutput",
     "SequenceClassifierOutput",
     "init_weights",
-    "mimetic_init",
 ]

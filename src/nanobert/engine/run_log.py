@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import torch
+from tokenizers import Tokenizer
 from tqdm.std import tqdm
 
 from nanobert.checkpoints.run_files import (
@@ -23,8 +25,10 @@ from nanobert.checkpoints.run_files import (
     read_summary,
     scan_records,
 )
+from nanobert.device import software_versions
 from nanobert.errors import NanobertError, raise_user_os_error
 from nanobert.files import atomic_file, check_output_folder, check_room, within
+from nanobert.tokenizer import tokenizer_digest
 
 CURVES_NAME = "curves.png"
 # What marks a directory as holding a run ("adapt": a fine-tuning run's adaptation, even one interrupted)
@@ -169,7 +173,22 @@ class RunLog:
             self.bar.close()
 
 
+def reproduced_by(cfg: Any, tokenizer: Tokenizer) -> str:
+    """The log line that says what a rerun must match to give a run's numbers (docs/training.md): the seed,
+    the tokenizer, the thread count and the versions; a time budget's steps follow the clock."""
+    versions = ", ".join(f"{name} {v}" for name, v in software_versions().items() if name != "python")
+    clock = (
+        " (a time budget: the steps follow the clock; --max-steps repeats a run)" if cfg.time_budget else ""
+    )
+    return (
+        f"the same command reproduces this run{clock} with seed {cfg.seed}, tokenizer "
+        f"{tokenizer_digest(tokenizer)[:12]} ({tokenizer.get_vocab_size()} pieces), "
+        f"{torch.get_num_threads()} threads, {versions}"
+    )
+
+
 __all__ = [
+    "reproduced_by",
     "CURVES_NAME",
     "METRICS_NAME",
     "RUN_ARTEFACTS",

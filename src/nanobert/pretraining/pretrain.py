@@ -47,18 +47,27 @@ from nanobert.config import ModelConfig, TrainConfig
 from nanobert.data.shards import PreparedSplit
 from nanobert.data.sources import DataSources
 from nanobert.data.streams import BatchStream, CorpusInstances, feeder
-from nanobert.device import autocast_dtype, hardware_description, resolve_device, software_versions
+from nanobert.device import autocast_dtype, hardware_description, resolve_device
 from nanobert.engine.distributed import Distributed, from_environment
 from nanobert.engine.loop import Job, Outcome, Plan, fit, run_summary
 from nanobert.engine.optimizer import build_optimizer
 from nanobert.engine.precision import training_precision
-from nanobert.engine.run_log import METRICS_NAME, RunLog, checkpoint_bytes, prepare_out_dir, write_summary
+from nanobert.engine.run_log import (
+    METRICS_NAME,
+    RunLog,
+    checkpoint_bytes,
+    prepare_out_dir,
+    reproduced_by,
+    write_summary,
+)
 from nanobert.engine.run_state import RunState, restore_rng
 from nanobert.errors import NanobertError
-from nanobert.model import BertForPreTraining, BertLMHeadModel, keep_roles
+from nanobert.initialization import keep_roles
+from nanobert.model import BertForPreTraining, BertLMHeadModel
 from nanobert.objectives.mlm_nsp import nsp_not_learned
 from nanobert.objectives.registry import OBJECTIVES, Objective, objective_of
 from nanobert.pretraining.longer import longer_command, longer_note
+from nanobert.pretraining.recipes import pair_note
 from nanobert.pretraining.resume import continue_records, refuse_a_finished_run
 from nanobert.pretraining.size_rule import choose_size
 from nanobert.tokenizer import encode_documents, load_tokenizer, tokenizer_digest, train_tokenizer
@@ -351,30 +360,15 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
     )
     log = RunLog(s.out_dir, plan.total_steps, run.step, quiet, write=s.ctx.is_main)
     log.say(f"nanobert: precision {why}")
-    log.say(f"nanobert: {_reproduced_by(s)}")
-    if s.size_note:
-        log.say(f"nanobert: {s.size_note}")
+    log.say(f"nanobert: {reproduced_by(cfg, s.tokenizer)}")
+    for note in (s.size_note, pair_note(cfg, model.config.attention_init, preset)):
+        if note:
+            log.say(f"nanobert: {note}")
     if s.resume is not None:
         kept = continue_records(s.resume, s.out_dir, run, log, s.ctx.is_main, s.longer)
         if s.longer:
             log.say(f"nanobert: {longer_note(s.resume, run.step, cfg, kept)}")
     return job, plan, run, log
-
-
-def _reproduced_by(setup: _Setup) -> str:
-    """The line that says what a rerun must match to give this run's numbers (docs/training.md)."""
-    versions = ", ".join(f"{name} {v}" for name, v in software_versions().items() if name != "python")
-    tokenizer = setup.tokenizer
-    clock = (
-        " (a time budget: the steps follow the clock; --max-steps repeats a run)"
-        if setup.cfg.time_budget
-        else ""
-    )
-    return (
-        f"the same command reproduces this run{clock} with seed {setup.cfg.seed}, tokenizer "
-        f"{tokenizer_digest(tokenizer)[:12]} ({tokenizer.get_vocab_size()} pieces), "
-        f"{torch.get_num_threads()} threads, {versions}"
-    )
 
 
 def _precision(setup: _Setup, objective: Objective) -> tuple[torch.dtype | None, str]:
