@@ -5,6 +5,7 @@ import torch
 from helpers import TINY_SET, write_corpus
 
 from nanobert.cli import main
+from nanobert.config import ModelConfig
 
 ARTEFACTS = ("config.json", "model.safetensors", "tokenizer.json", "vocab.txt", "trainer_state.pt")
 
@@ -163,25 +164,39 @@ def test_toy_corpus_is_memorised(tmp_path, capsys, threads):
     assert metrics["mlm_accuracy"] >= 0.95 and metrics["nsp_accuracy"] >= 0.95, metrics
 
 
-def test_keep_roles_is_a_pretraining_setting(tmp_path, capsys):
-    """`--set keep_roles=true` reaches the model of a run: its positions' "what" half is still zero after
-    training; with a start that has no roles it is refused in one line."""
+def test_the_recipe_keeps_the_pair_by_default_and_another_start_steps_aside(tmp_path, capsys):
+    """The recipe pretrains with keep_roles on: its positions' "what" half is still zero after training, the
+    run's config says so and the log says what is kept. With three heads the kept rows are the last two
+    heads' (what roles_init gives words). A start without roles steps aside with a line in the log instead
+    of refusing; asking for keep_roles with such a start is refused in one line."""
     from safetensors.torch import load_file
 
-    run = tmp_path / "kept"
-    assert (
-        pretrain(tmp_path, run, "--max-steps", "4", "--set", "attention_init=roles", "keep_roles=true") == 0
-    )
-    weights = load_file(run / "last" / "model.safetensors")
+    from nanobert.initialization import what_rows
+
+    def run(name, *extra):
+        out = tmp_path / name
+        argv = ["pretrain", "--train", str(write_corpus(tmp_path / "corpus.txt")), "--out", str(out)]
+        code = main([*argv, "--device", "cpu", "--max-steps", "3", "--set", *TINY_SET, *extra])
+        return code, out, capsys.readouterr().err
+
+    code, out, err = run("kept", "hidden_size=30", "num_attention_heads=3")
+    assert code == 0 and "the pair is kept (keep_roles)" in err
+    config = json.loads((out / "last" / "config.json").read_text())
+    assert config["train"]["keep_roles"] is True and config["model"]["attention_init"] == "roles"
+    weights = load_file(out / "last" / "model.safetensors")
     positions = weights["bert.embeddings.position_embeddings.weight"]
-    half = positions.shape[1] // 2
-    assert positions[:, half:].abs().max() == 0 and positions[:, :half].abs().max() > 0
-    capsys.readouterr()
-    refused = pretrain(
-        tmp_path, tmp_path / "no", "--max-steps", "2", "--set", "attention_init=mimetic", "keep_roles=true"
-    )
-    err = capsys.readouterr().err
-    assert refused == 2 and "keep_roles needs the roles start" in err and "Traceback" not in err
+    assert positions[:, 15:].abs().max() == 0 and positions[:, :15].abs().max() > 0
+    qkv = weights["bert.layers.0.attention.qkv.weight"]
+    rows = what_rows(ModelConfig(**config["model"]))
+    assert rows == slice(10, 30) and torch.equal(qkv[rows], qkv[30 + rows.start : 30 + rows.stop])
+
+    code, out, err = run("mimetic", "attention_init=mimetic")
+    assert code == 0 and "keep_roles steps aside: attention_init 'mimetic'" in err
+    assert json.loads((out / "last" / "config.json").read_text())["train"]["keep_roles"] is False
+    code, out, err = run("off", "keep_roles=false")
+    assert code == 0 and "keep_roles=false" in err and "the pair is kept" not in err
+    code, _, err = run("asked", "attention_init=mimetic", "keep_roles=true")
+    assert code == 2 and "keep_roles needs the roles start" in err and "Traceback" not in err
 
 
 def test_the_log_says_when_next_sentence_is_not_learned_yet():

@@ -15,8 +15,11 @@ at t + 1. One flag of the attention, not a second model.
 Shapes in comments: B batch, T sequence length, H hidden size, nh heads, hd head size (H / nh), V vocabulary,
 N masked positions in the batch. This file does no I/O; vocabulary size and special ids arrive in ModelConfig.
 
-Two calls are faster versions of a torch one, from `fast.py`: `Dropout` / `dropout` (nn.Dropout / F.dropout,
-with a faster CPU mask) and `linear_cross_entropy` (F.cross_entropy of F.linear, in chunks, for training).
+Two floors below keep this file to the paper. `fast.py` holds faster versions of two torch calls: `Dropout` /
+`dropout` (nn.Dropout / F.dropout, with a faster CPU mask) and `linear_cross_entropy` (F.cross_entropy of
+F.linear, in chunks, for training). `initialization.py` holds the starts a config may choose instead of
+BERT's noise (sinusoidal positions, mimetic or roles attention) and the constraint a recipe keeps while
+pretraining (`keep_roles`); `post_init` applies them.
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ from nanobert.tokenizer import IGNORE_INDEX
 
 
 class Embeddings(nn.Module):
-    """Token + learned absolute position + segment embeddings, then LayerNorm and dropout."""
+    """BERT's input representation (section 3): token + learned absolute position + segment embeddings,
+    summed, then LayerNorm and dropout. Attention itself ignores order; the position rows are how it sees
+    it, and the segment rows tell sentence A from sentence B."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -64,7 +69,9 @@ def gather_positions(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention with one fused query/key/value projection.
+    """Multi-head scaled dot-product self-attention (Vaswani et al. 2017): each head mixes the values of the
+    positions its query scores highest, softmax(q k^T / sqrt(hd)) v, and the heads' outputs are concatenated
+    and projected back to H. Several small heads can each attend to something different.
 
     The fused projection is one (H -> 3H) matrix multiply instead of three; it holds the same numbers as
     BERT's separate query, key and value layers (the export key map splits it back).
@@ -485,9 +492,7 @@ class BertLMHeadModel(BertPreTrainedModel):
         logits = self.lm_head(h, decoder_weight) if return_logits or labels is None else None  # (B, T, V)
         loss = None
         if labels is not None:
-            targets = labels[:, 1:].reshape(
-                -1
-            )  # (B * (T - 1),): the next token of every position but the last
+            targets = labels[:, 1:].reshape(-1)  # (B * (T - 1),): each position's next token, the last's none
             if logits is None:
                 loss = self.lm_head.loss(h[:, :-1].reshape(-1, h.size(-1)), decoder_weight, targets)
             else:
