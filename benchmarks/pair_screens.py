@@ -1,30 +1,22 @@
-"""Screens for a recipe that keeps the pair: `quality.py` with a changed start or training, by name.
+"""Screens for the sentence-pair recipe: `quality.py` with a changed data or loss, by name.
 
-Each screen changes one thing the model file or the data code does, here in the script, so a losing screen
-never reaches the package; a winner moves into `model.py` or `data/` and the recipe. Every other option is
+Each screen changes one thing the data code or the loss does, here in the script, so a losing screen never
+reaches the package; a winner moves into `data/` or `objectives/` and the recipe. Every other option is
 `quality.py`'s, passed through after `--` (or, after `-- nanobert`, a command of the CLI):
 
-    OMP_NUM_THREADS=1 python benchmarks/pair_screens.py --screen blank-specials -- --preset wikitext2-cpu \\
+    OMP_NUM_THREADS=1 python benchmarks/pair_screens.py --screen nsp-x4 -- --preset wikitext2-cpu \\
         --set num_hidden_layers=2 --max-steps 2500 --seeds 2 --tokenizer TOK --train $S/train.raw \\
         --valid $S/dev.raw --test $D/wiki.test.raw --glue $G --glue-tasks stsb --finetune-seeds 1 --keep RUNS
 
 Screens:
-- `blank-specials`: the `[CLS]` and `[MASK]` token rows start with nothing in the half the "what" heads
-  read, so those heads give them no identity: a `[MASK]` no longer matches every other `[MASK]` (a third of a
-  recipe's tokens) and `[CLS]` no longer matches only itself. The model's start does this now (`roles_init`),
-  so on today's code the screen changes nothing; it names the rows of the record that screened it.
-- `roles-before`: the roles start before the specials' rows were blanked (a control).
-- `blank-uncentred`: `roles-before`, then the rows blanked: today's start (a centred variant of the "what"
-  heads was screened and not kept).
 - `balanced-batches`: length buckets hold as many true pairs as random ones. Random Bs are shorter, so plain
   buckets hold 22% to 94% true pairs and the next-sentence head's bias swings with every batch.
 - `nsp-x4`: the NSP term weighted 4x in the training loss (held-out figures unchanged).
-- `frozen-match`: the "what" heads' query and key rows (weights and biases) keep their start: their
-  gradients are zeroed, so the word match can only fade through the embeddings and LayerNorms it reads.
-  Run it with `-- nanobert pretrain ...`: in quality.py the fine-tuning would be frozen too.
-- `confined-positions`: the position and segment rows keep nothing in the "what" half for the whole run
-  (their gradients there are zeroed), so a "what" head in the first layer cannot tell a word from its copy
-  by where it stands. With `frozen-match`, the first layer's "what" heads match words by construction.
+
+The screens that won are the recipe now, and need no script: `[CLS]` and `[MASK]` blank in the "what" half
+(the roles start, `initialization.roles_init`) and the "what" heads' rows and the positions' "what" half kept
+while pretraining (`keep_roles`, on in the recipes; `nanobert pretrain --set keep_roles=false` is the run
+without it). The records that screened them (2026-12-04-pair-kept) name the commit their commands ran at.
 """
 
 from __future__ import annotations
@@ -33,27 +25,11 @@ import dataclasses
 import sys
 
 import quality
-import torch
 
 from nanobert import cli
-from nanobert import model as model_file
 from nanobert.data import nsp
 from nanobert.objectives import mlm_nsp as objective_file
 from nanobert.objectives import registry
-from nanobert.tokenizer import CLS_ID, MASK_ID
-
-
-def blank_specials() -> None:
-    """After the roles start, the [CLS] and [MASK] rows' second half (what the "what" heads read) is zero."""
-    roles_init = model_file.roles_init
-
-    @torch.no_grad()
-    def patched(embeddings, layers, config):
-        roles_init(embeddings, layers, config)
-        half = config.hidden_size // 2
-        embeddings.word_embeddings.weight[[CLS_ID, MASK_ID], half:] = 0.0
-
-    model_file.roles_init = patched
 
 
 def balanced_batches() -> None:
@@ -100,77 +76,7 @@ def nsp_weight(weight: float):
     return install
 
 
-def roles_before() -> None:
-    """The roles start as it was before `[CLS]` and `[MASK]` started blank (a control): the model's start with
-    the specials' rows put back as drawn (blanking them draws nothing, so every other weight is the same)."""
-    roles_init = model_file.roles_init
-
-    @torch.no_grad()
-    def before(embeddings, layers, config):
-        drawn = embeddings.word_embeddings.weight[[CLS_ID, MASK_ID]].clone()
-        roles_init(embeddings, layers, config)
-        embeddings.word_embeddings.weight[[CLS_ID, MASK_ID]] = drawn
-
-    model_file.roles_init = before
-
-
-def blank_uncentred() -> None:
-    """`blank-specials` in its first form: the roles start before, then the [CLS] and [MASK] rows blanked."""
-    roles_before()
-    blank_specials()
-
-
-def frozen_match() -> None:
-    """The "what" heads' query and key rows never train: a gradient hook zeroes them on every backward."""
-    roles_init = model_file.roles_init
-
-    def patched(embeddings, layers, config):
-        roles_init(embeddings, layers, config)
-        H = config.hidden_size
-        rows = torch.zeros(3 * H, dtype=torch.bool)
-        for block in (0, H):  # the query block, then the key block (they start equal)
-            rows[block + H // 2 : block + H] = True  # heads nh/2 .. nh-1 are the "what" heads
-
-        def keep(grad):
-            grad = grad.clone()
-            grad[rows.to(grad.device)] = 0.0
-            return grad
-
-        for layer in layers:
-            layer.attention.qkv.weight.register_hook(keep)
-            layer.attention.qkv.bias.register_hook(keep)
-
-    model_file.roles_init = patched
-
-
-def confined_positions() -> None:
-    """The position and segment rows' second half stays zero: a gradient hook zeroes it on every backward."""
-    roles_init = model_file.roles_init
-
-    def patched(embeddings, layers, config):
-        roles_init(embeddings, layers, config)
-        half = config.hidden_size // 2
-
-        def keep(grad):
-            grad = grad.clone()
-            grad[:, half:] = 0.0
-            return grad
-
-        embeddings.position_embeddings.weight.register_hook(keep)
-        embeddings.token_type_embeddings.weight.register_hook(keep)
-
-    model_file.roles_init = patched
-
-
-SCREENS = {
-    "blank-specials": blank_specials,
-    "roles-before": roles_before,
-    "blank-uncentred": blank_uncentred,
-    "balanced-batches": balanced_batches,
-    "nsp-x4": nsp_weight(4.0),
-    "frozen-match": frozen_match,
-    "confined-positions": confined_positions,
-}
+SCREENS = {"balanced-batches": balanced_batches, "nsp-x4": nsp_weight(4.0)}
 
 
 def main() -> None:

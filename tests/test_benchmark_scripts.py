@@ -333,7 +333,7 @@ def test_bert_vs_gpt_reads_blimp_before_training(corpus, tmp_path, bert_vs_gpt, 
         assert code == 2 and needle in line
 
 
-# --- finetune_glue.py and squad.py -------------------------------------------------------------------------
+# --- finetune_trec.py and squad.py -------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -351,41 +351,41 @@ def earlier_run(directory: Path) -> None:
 
 
 @pytest.fixture
-def glue(tmp_path, checkpoint, monkeypatch):
-    module = load("finetune_glue.py")
+def trec(tmp_path, checkpoint, monkeypatch):
+    module = load("finetune_trec.py")
     monkeypatch.setattr(module, "finetune", tripwire)
-    sst2 = tmp_path / "sst2"
-    sst2.mkdir()
-    for name in ("train.tsv", "dev.tsv"):
-        (sst2 / name).write_text("sentence\tlabel\na fine film\t1\n")
-    return module, [checkpoint, "--sst2-dir", sst2]
+    folder = tmp_path / "trec-6"
+    folder.mkdir()
+    for name in ("train_5500.label", "TREC_10.label"):
+        (folder / name).write_text("DESC:def What is a fine film ?\nHUM:ind Who made it ?\n")
+    return module, [checkpoint, "--trec-dir", folder]
 
 
-def test_finetune_glue_refuses_a_learning_rate_or_init_given_twice(glue, tmp_path, monkeypatch, capsys):
-    module, args = glue
+def test_finetune_trec_refuses_a_learning_rate_or_init_given_twice(trec, tmp_path, monkeypatch, capsys):
+    module, args = trec
     for extra, needle in (
         (["--learning-rate", "1e-4", "0.0001"], "--learning-rate gives 0.0001 more than once"),
         (["--inits", "scratch", "scratch"], "--inits gives scratch more than once"),
     ):
         code, line = run_main(
-            module, "finetune_glue.py", [*args, "--out", tmp_path / "o", *extra], monkeypatch, capsys
+            module, "finetune_trec.py", [*args, "--out", tmp_path / "o", *extra], monkeypatch, capsys
         )
         assert code == 2 and needle in line
 
 
-def test_finetune_glue_checks_a_later_runs_folder_before_the_first_run(glue, tmp_path, monkeypatch, capsys):
-    module, args = glue
+def test_finetune_trec_checks_a_later_runs_folder_before_the_first_run(trec, tmp_path, monkeypatch, capsys):
+    module, args = trec
     out = tmp_path / "o"
-    earlier_run(out / "sst2-scratch-lr0.0003")  # the last run of the grid
+    earlier_run(out / "trec6-scratch-lr0.0003")  # the last run of the grid
     extra = ["--out", out, "--learning-rate", "1e-4", "3e-4"]
-    code, line = run_main(module, "finetune_glue.py", [*args, *extra], monkeypatch, capsys)
-    assert code == 2 and "sst2-scratch-lr0.0003 already holds a run" in line
-    assert sorted(p.name for p in out.iterdir()) == ["sst2-scratch-lr0.0003"]
+    code, line = run_main(module, "finetune_trec.py", [*args, *extra], monkeypatch, capsys)
+    assert code == 2 and "trec6-scratch-lr0.0003 already holds a run" in line
+    assert sorted(p.name for p in out.iterdir()) == ["trec6-scratch-lr0.0003"]
 
 
-def test_finetune_glue_out_under_a_file_is_one_line(glue, a_file, monkeypatch, capsys):
-    module, args = glue
-    code, line = run_main(module, "finetune_glue.py", [*args, "--out", a_file / "o"], monkeypatch, capsys)
+def test_finetune_trec_out_under_a_file_is_one_line(trec, a_file, monkeypatch, capsys):
+    module, args = trec
+    code, line = run_main(module, "finetune_trec.py", [*args, "--out", a_file / "o"], monkeypatch, capsys)
     assert code == 2 and f"{a_file} is a file, not a folder" in line
 
 
@@ -479,3 +479,10 @@ def test_data_pipeline_checks_its_arguments_before_the_pipeline(
     code, line = run_main(data_pipeline, "data_pipeline.py", ["--source", corpus, *bad], monkeypatch, capsys)
     assert code == 2 and needle in line
     assert "--device" not in line  # an option this script does not have
+
+
+def test_the_benchmarks_page_lists_every_script():
+    """benchmarks/README.md names every script in benchmarks/, so a reader finds what each measures."""
+    page = (BENCHMARKS / "README.md").read_text()
+    missing = [p.name for p in sorted(BENCHMARKS.glob("*.py")) if f"`{p.name}`" not in page]
+    assert not missing, f"benchmarks/README.md does not list {', '.join(missing)}"

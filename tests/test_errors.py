@@ -37,8 +37,7 @@ SCRIPT_ARGS = {
     "bert_vs_gpt.py": ["--train", MISSING, "--test", MISSING, "--time-budget", "1", "--out"],
     "data_pipeline.py": ["--source", MISSING],
     "prepare_scale.py": ["--source", MISSING, "--out"],
-    "finetune_glue.py": ["/nonexistent/best", "--sst2-dir", "/nonexistent", "--out"],
-    "finetune_glue.py --trec-dir": ["/nonexistent/best", "--trec-dir", "/nonexistent", "--out"],
+    "finetune_trec.py": ["/nonexistent/best", "--trec-dir", "/nonexistent", "--out"],
     "squad.py": ["/nonexistent/best", "--train", MISSING, "--dev", MISSING, "--out"],
 }
 

@@ -1,22 +1,23 @@
-"""What pretraining buys downstream: fine-tune a checkpoint on SST-2 and TREC-6, against the same architecture
-trained from scratch with the same budget.
+"""What pretraining buys on TREC-6 question classification: fine-tune a checkpoint against the same
+architecture trained from scratch with the same budget, over a grid of learning rates.
 
-For each task and each learning rate it runs `nanobert.finetuning.classification.finetune` twice, (a) from the
+For each learning rate it runs `nanobert.finetuning.classification.finetune` twice, (a) from the
 pretrained checkpoint and (b) with `from_scratch=True` (same shape, tokenizer, head initialisation, data
 order, epochs), then prints a table and writes OUT/results.json. Every run keeps its own directory
-(OUT/TASK-INIT-lrLR/ with best/, metrics.jsonl, summary.json).
+(OUT/trec6-INIT-lrLR/ with best/, metrics.jsonl, summary.json).
 
-- SST-2 (GLUE, `glue/sst2/{train,dev}.tsv`, header `sentence<TAB>label`): the best epoch is picked on dev and
-  dev accuracy is reported, as GLUE papers do (the test labels are not public).
-- TREC-6 (`trec-6/train_5500.label`, `TREC_10.label`, lines `COARSE:fine question`, the train file Latin-1):
-  converted to UTF-8 TSV in OUT/data/trec-6/; a seeded 10% of the training questions is the dev split that
-  picks the epoch, and the 500 TREC-10 questions give the test accuracy.
+TREC-6 (`trec-6/train_5500.label`, `TREC_10.label`, lines `COARSE:fine question`, the train file Latin-1) is
+converted to UTF-8 TSV in OUT/data/trec-6/; a seeded 10% of the training questions is the dev split that picks
+the epoch, and the 500 TREC-10 questions give the test accuracy.
+
+GLUE's tasks (SST-2 among them) have a command of their own, with the same from-scratch control:
+`nanobert glue RUN/best --tasks sst2 --control scratch`.
 
 With several `--learning-rate` values, compare them on dev only (the `dev` column); TREC test numbers of a
 learning rate chosen on test would be optimistic.
 
-    python benchmarks/finetune_glue.py RUN/best --sst2-dir ../shared/data/glue/sst2 \
-        --trec-dir ../shared/data/trec-6 --epochs 3 --out runs/finetune-glue
+    python benchmarks/finetune_trec.py RUN/best --trec-dir ../shared/data/trec-6 --epochs 10 \
+        --learning-rate 1e-4 3e-4 1e-3 --out runs/finetune-trec
 """
 
 from __future__ import annotations
@@ -38,10 +39,9 @@ from nanobert.finetuning.classification import finetune
 
 INITS = ("pretrained", "scratch")
 
-SST2_FILES = ("train.tsv", "dev.tsv")  # GLUE's
 TREC_FILES = ("train_5500.label", "TREC_10.label")  # train, test
-# The columns of each task's TSV (TREC-6's as prepare_trec writes them).
-SPECS = {"sst2": TaskSpec(text_col="sentence", label_col="label"), "trec6": TaskSpec("text", "label")}
+# The columns of the TSV files prepare_trec writes.
+SPECS = {"trec6": TaskSpec(text_col="text", label_col="label")}
 
 
 def prepare_trec(trec_dir: Path, out: Path, seed: int) -> dict[str, Path]:
@@ -95,8 +95,9 @@ def check_run_dirs(args, tasks: list[str]) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("checkpoint", metavar="CKPT", help="a pretraining checkpoint (RUN/best)")
-    p.add_argument("--sst2-dir", type=Path, help="directory with GLUE SST-2 train.tsv and dev.tsv")
-    p.add_argument("--trec-dir", type=Path, help="directory with train_5500.label and TREC_10.label")
+    p.add_argument(
+        "--trec-dir", type=Path, required=True, help="directory with train_5500.label and TREC_10.label"
+    )
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--epochs", type=positive_int, default=3)
     p.add_argument("--learning-rate", type=float, nargs="+", default=[FinetuneConfig.learning_rate])
@@ -131,37 +132,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--limit", type=positive_int, help="use only the first N training rows (quick checks)")
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--quiet", action="store_true")
-    args = p.parse_args(argv)
-    if not args.sst2_dir and not args.trec_dir:
-        p.error("give --sst2-dir and/or --trec-dir")
-    return args
+    return p.parse_args(argv)
 
 
 def check_args(args: argparse.Namespace) -> None:
     """The user's mistakes, each as one line before any work starts (the CLI's rule)."""
-    for option, directory, names in (
-        ("--sst2-dir", args.sst2_dir, SST2_FILES),
-        ("--trec-dir", args.trec_dir, TREC_FILES),
-    ):
-        missing = [n for n in names if directory and not (directory / n).is_file()]
-        if missing:
-            lacks, need = " or ".join(missing), " and ".join(names)
-            raise NanobertError(f"{option} {directory} has no {lacks}; give the directory of {need}")
+    missing = [n for n in TREC_FILES if not (args.trec_dir / n).is_file()]
+    if missing:
+        lacks, need = " or ".join(missing), " and ".join(TREC_FILES)
+        raise NanobertError(f"--trec-dir {args.trec_dir} has no {lacks}; give the directory of {need}")
     read_config(args.checkpoint)
     for lr in args.learning_rate:  # the whole grid's settings, not only the first run's
         FinetuneConfig(learning_rate=lr, layer_lr_decay=args.layer_lr_decay, dropout=args.dropout)
-    check_run_dirs(args, [name for name, d in (("sst2", args.sst2_dir), ("trec6", args.trec_dir)) if d])
+    check_run_dirs(args, list(SPECS))
 
 
 def prepare_tasks(args: argparse.Namespace) -> dict[str, tuple[dict[str, Path], str]]:
     """{task: (its files by split, the split its accuracy is reported on)}; with --limit, the training file
     is a copy of its first N rows in OUT/data/."""
-    tasks = {}
-    if args.sst2_dir:
-        train, dev = (args.sst2_dir / name for name in SST2_FILES)
-        tasks["sst2"] = ({"train": train, "dev": dev}, "dev")
-    if args.trec_dir:
-        tasks["trec6"] = (prepare_trec(args.trec_dir, args.out / "data" / "trec-6", args.seed), "test")
+    tasks = {"trec6": (prepare_trec(args.trec_dir, args.out / "data" / "trec-6", args.seed), "test")}
     if args.limit:
         for name, (files, _) in tasks.items():
             lines = files["train"].read_text(encoding="utf-8").splitlines(keepends=True)
@@ -279,4 +268,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_script("finetune_glue.py", main))
+    raise SystemExit(run_script("finetune_trec.py", main))
