@@ -133,7 +133,8 @@ class TrainConfig:
     max_predictions: int | None = None  # cap on masked positions per sequence (None: no cap)
     short_seq_prob: float = 0.1  # Google's probability of a shorter target length, so short inputs are seen
     whole_word_mask: bool = False
-    # attention_init="roles" only: pretraining keeps the "what" heads' word match (model.keep_roles)
+    # attention_init="roles" only: the "what" heads keep their word match while pretraining, so fine-tuning
+    # on sentence pairs can read it (initialization.keep_roles). On in the recipes; BERT has no such heads.
     keep_roles: bool = False
     # sequence-length schedule (BERT's was 128 then 512): epochs that start in the first short_seq_share of
     # the run cut windows of short_seq_len tokens, in batches of proportionally more rows so that a step
