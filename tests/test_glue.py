@@ -1,11 +1,16 @@
 """`nanobert glue` on tiny GLUE folders the tests write in each task's original layout: the nine layouts, the
-table and its files, the control, seeds, skipped tasks, resuming, the one-line errors, the hub's path offline,
-and the figures `nanobert finetune` gives for the same run."""
+table and its files, the control, seeds, skipped tasks, the submission (AX.tsv, STS-B's range, the notice
+while it is incomplete), resuming (by the checkpoint's contents), the one-line errors, the hub's path offline,
+the help, and the figures `nanobert finetune` gives for the same run."""
 
 import csv
 import json
+import os
 import random
+import re
+import shutil
 import statistics
+from pathlib import Path
 
 import pytest
 from helpers import WORDS, train_tiny_checkpoint
@@ -18,7 +23,9 @@ from nanobert.errors import NanobertError
 from nanobert.finetuning import glue as glue_module
 from nanobert.finetuning.glue import glue
 from nanobert.finetuning.glue_data import check_task, hub_rows, local_tasks
-from nanobert.finetuning.glue_tasks import GLUE_TASKS, choose_tasks
+from nanobert.finetuning.glue_options import default_out
+from nanobert.finetuning.glue_report import NOTICE, build_report, write_report
+from nanobert.finetuning.glue_tasks import GLUE_TASKS, choose_tasks, server_files
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models train fastest on one thread
 
@@ -109,6 +116,18 @@ def write_original(
     return written
 
 
+def write_diagnostic(root, n: int = 5) -> list[dict]:
+    """GLUE's diagnostic set as glue_data/ holds it: diagnostic/diagnostic.tsv (index, sentence1 and 2)."""
+    rng = random.Random(7)
+    examples = [example("mnli", rng) for _ in range(n)]
+    (root / "diagnostic").mkdir(parents=True, exist_ok=True)
+    rows = [["index", "sentence1", "sentence2"]] + [
+        [str(i), ex["a"], ex["b"]] for i, ex in enumerate(examples)
+    ]
+    (root / "diagnostic" / "diagnostic.tsv").write_text("".join("\t".join(r) + "\n" for r in rows))
+    return examples
+
+
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory):
     return train_tiny_checkpoint(tmp_path_factory.mktemp("pre"), steps=3)
@@ -137,6 +156,12 @@ def test_each_task_reads_its_original_layout(tmp_path, name):
         if spec.text_pair_col is not None:
             assert read_texts(table, spec.text_pair_col) == [ex["b"] for ex in written[stem]]
         assert [v.strip() for v in table.column(spec.label_col)] == [ex["label"] for ex in written[stem]]
+    if name == "mnli":  # the diagnostic set, beside the tasks' folders: none yet, so no AX.tsv
+        assert files.tests[-1] is None and task.server_name(task.tests[-1]) == "AX.tsv"
+        written["diagnostic"] = write_diagnostic(tmp_path)
+        (files,), _ = local_tasks(tmp_path, [task])
+        files = check_task(files)
+        assert files.tests[-1] == tmp_path / "diagnostic" / "diagnostic.tsv"
     for file, path in zip(task.tests, files.tests, strict=True):
         text, pair, index = task.test
         table = read_table(path, "tsv")
@@ -170,11 +195,12 @@ def test_a_malformed_line_names_the_task_the_file_and_the_line(tmp_path):
 
 @pytest.fixture(scope="module")
 def glue_data(tmp_path_factory):
-    """CoLA (no header), MRPC (BOM, F1), STS-B (a score) and MNLI (two dev and test files), and SST-2 large
-    enough to be capped; the other four tasks missing."""
+    """CoLA (no header), MRPC (BOM, F1), STS-B (a score) and MNLI (two dev and test files, and the
+    diagnostic set), and SST-2 large enough to be capped; the other four tasks missing."""
     root = tmp_path_factory.mktemp("glue_data")
     for name in ("cola", "mrpc", "stsb", "mnli"):
         write_original(root / FOLDERS[name], name)
+    write_diagnostic(root)
     write_original(root / "sst2", "sst2", n=40)  # a lowercase folder, as the hub's names spell it
     return root
 
@@ -226,9 +252,15 @@ def test_the_table_has_every_metric_the_control_and_the_difference(table_run):
     table = (table_run / "glue.md").read_text()
     assert "| task | metric | pretrained | scratch | difference |" in table
     assert "| MNLI | accuracy (mm) |" in table and "| MRPC | F1 |" in table and "| CoLA | MCC |" in table
-    assert "**GLUE score** | mean of 5 task scores" in table and " ± " in table
+    assert report["glue_tasks"] == report["tasks"] and report["glue_name"] == "GLUE score over 5 tasks"
+    assert (
+        "**GLUE score over 5 tasks** | mean of CoLA, SST-2, MRPC, STS-B, MNLI |" in table and " ± " in table
+    )
+    assert "**GLUE score** |" not in table  # five tasks are not the benchmark's score
     assert "Not run, their files missing" in table and "QQP (no folder)" in table
     assert "SST-2 30 of 40" in table  # capped, and said so; CoLA (24, not a large task) is not
+    notes = " ".join(table.split("**GLUE score")[1].split())
+    assert "The submission is incomplete" in notes and "lacks QQP.tsv, QNLI.tsv, RTE.tsv, WNLI.tsv" in notes
 
 
 def test_csv_png_runs_and_the_files_for_the_glue_server(table_run):
@@ -245,19 +277,24 @@ def test_csv_png_runs_and_the_files_for_the_glue_server(table_run):
     assert cola["metric"] == "mcc"  # CoLA's best epoch is chosen on its GLUE metric
     assert len((table_run / "sst2" / "train-30.tsv").read_text().splitlines()) == 31  # header + 30
     server = sorted(p.name for p in (table_run / "submission").iterdir())
-    assert server == ["CoLA.tsv", "MNLI-m.tsv", "MNLI-mm.tsv", "MRPC.tsv", "SST-2.tsv", "STS-B.tsv"]
-    mnli = (table_run / "submission" / "MNLI-mm.tsv").read_text().splitlines()
-    assert mnli[0] == "index\tprediction" and len(mnli) == 6
-    assert {line.split("\t")[1] for line in mnli[1:]} <= {"entailment", "neutral", "contradiction"}
+    assert server == sorted(["AX.tsv", "CoLA.tsv", "MNLI-m.tsv", "MNLI-mm.tsv", "MRPC.tsv", "SST-2.tsv"] +
+                            ["STS-B.tsv", NOTICE])  # fmt: skip
+    for name in ("MNLI-mm.tsv", "AX.tsv"):  # the diagnostic set: the MNLI model's labels
+        mnli = (table_run / "submission" / name).read_text().splitlines()
+        assert mnli[0] == "index\tprediction" and len(mnli) == 6
+        assert {line.split("\t")[1] for line in mnli[1:]} <= {"entailment", "neutral", "contradiction"}
     for line in (table_run / "submission" / "STS-B.tsv").read_text().splitlines()[1:]:
-        float(line.split("\t")[1])
+        assert 0 <= float(line.split("\t")[1]) <= 5
+    notice = " ".join((table_run / "submission" / NOTICE).read_text().split())
+    assert notice.startswith("The submission is incomplete: the GLUE server needs all of CoLA, SST-2, MRPC")
+    assert "lacks QQP.tsv, QNLI.tsv, RTE.tsv, WNLI.tsv." in notice and "--tasks qqp qnli rte wnli" in notice
 
 
 # ----------------------------------------------------------------------------------------------------------
 # The same figures as `nanobert finetune`
 
 
-def test_seed_one_equals_nanobert_finetune_to_the_digit(pretrained, glue_data, tmp_path, capsys):
+def test_seed_one_equals_nanobert_finetune_to_the_digit(pretrained, glue_data, tmp_path, monkeypatch, capsys):
     common = ["--seed", "1", *QUICK]
     runs = {
         "sst2": ["--text-col", "sentence", "--label-col", "label"],
@@ -271,9 +308,13 @@ def test_seed_one_equals_nanobert_finetune_to_the_digit(pretrained, glue_data, t
         code, out, err = run_cli(capsys, *argv, *columns, *common, "--out", tmp_path / name)
         assert code == 0, err
         found[name] = json.loads(out)["dev"]
+    scored, real = [], glue_module.split_outputs
+    monkeypatch.setattr(glue_module, "split_outputs", lambda *a, **k: scored.append(a) or real(*a, **k))
     code, out, err = run_cli(capsys, "glue", pretrained, "--data", glue_data, "--tasks", "SST-2", "STS-B",
                              "--out", tmp_path / "glue", *QUICK)  # fmt: skip
     assert code == 0, err
+    assert scored == []  # finetune gave every figure: none is computed a second time
+    assert not (tmp_path / "glue" / "submission" / "AX.tsv").exists()  # no MNLI run: no AX.tsv
     runs = {
         r["task"]: r["metrics"] for r in json.loads((tmp_path / "glue" / "glue.json").read_text())["runs"]
     }
@@ -311,7 +352,7 @@ def test_an_interrupted_call_resumes_without_redoing_finished_runs(
     code, _, err = run_cli(capsys, *argv)
     assert code == 130 and err.endswith("nanobert: interrupted")
     table = (tmp_path / "out" / "glue.md").read_text()  # CoLA's two runs finished: its table, whole
-    assert "| CoLA | MCC |" in table and "MRPC" not in table.split("**GLUE score**")[0]
+    assert "| CoLA | MCC |" in table and "MRPC" not in table.split("**GLUE score")[0]
     assert not list((tmp_path / "out").glob(".glue.md.tmp*"))
     finished = {p: p.stat().st_mtime_ns for p in (tmp_path / "out" / "cola").glob("*/summary.json")}
     calls = counting(monkeypatch, signal_at=1)  # now SIGINT stops MRPC's first run inside the loop
@@ -354,6 +395,54 @@ def test_other_options_never_replace_earlier_runs_unless_asked(
     assert (other / "notes.txt").read_text() == "mine"
 
 
+def test_a_moved_or_copied_checkpoint_keeps_its_runs_and_other_weights_do_not(
+    pretrained, glue_data, tmp_path, monkeypatch, capsys
+):
+    from safetensors.torch import load_file, save_file
+
+    monkeypatch.chdir(tmp_path)  # no --out: runs/glue-run, after the checkpoint's run folder run/
+    argv = ["--data", glue_data, "--tasks", "cola", *QUICK]
+    assert run_cli(capsys, "glue", pretrained, *argv)[0] == 0
+    assert (tmp_path / "runs" / "glue-run" / "glue.md").is_file()
+    moved = tmp_path / "elsewhere" / "run" / "best"
+    shutil.copytree(pretrained, moved)
+    for path in moved.iterdir():
+        os.utime(path, ns=(10**18, 10**18))  # other times, as a copy that keeps none gives
+    calls = counting(monkeypatch)
+    code, out, err = run_cli(capsys, "glue", moved, *argv)
+    assert code == 0 and calls == [], err  # the same contents: the finished run is kept
+    assert "| CoLA | MCC |" in out
+    other = tmp_path / "other" / "run" / "best"
+    shutil.copytree(pretrained, other)
+    weights = load_file(other / "model.safetensors")
+    first = sorted(weights)[0]
+    weights[first] = weights[first] + 1
+    save_file(weights, other / "model.safetensors", metadata={"format": "pt"})
+    code, _, err = run_cli(capsys, "glue", other, *argv)
+    assert_one_line_error(code, err, "other options (checkpoint_sha1)", "--overwrite")
+    assert calls == []
+
+
+def test_runs_recorded_before_the_digest_are_still_kept(pretrained, glue_data, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    argv = ["glue", pretrained, "--data", glue_data, "--tasks", "cola", "--out", out, *QUICK]
+    assert run_cli(capsys, *argv)[0] == 0
+    weights = os.stat(pretrained / "model.safetensors")
+    old_key = {
+        "checkpoint": str(Path(pretrained).resolve()),
+        "checkpoint_weights": [weights.st_size, weights.st_mtime_ns],
+    }
+    for path in (out / "glue-options.json", out / "cola" / "pretrained-seed1" / "glue-result.json"):
+        written = json.loads(path.read_text())
+        options = written.get("options", written)  # glue-result.json keeps them under "options"
+        del options["checkpoint_sha1"]
+        options.update(old_key)  # the checkpoint as an older nanobert named it: its path, size and time
+        path.write_text(json.dumps(written))
+    calls = counting(monkeypatch)
+    assert run_cli(capsys, *argv)[0] == 0 and calls == []
+    assert "checkpoint_sha1" in json.loads((out / "glue-options.json").read_text())
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Bad input: one line, exit code 2
 
@@ -391,7 +480,7 @@ def test_bad_input_gets_one_line(pretrained, glue_data, table_run, tmp_path, cap
 
 def hub_split(datasets, name: str, split: str, n: int = 12):
     """A tiny `datasets.Dataset` shaped like the hub's GLUE configuration `name` (test labels are -1)."""
-    task, rng = GLUE_TASKS[name], random.Random(split)
+    task, rng = GLUE_TASKS["mnli" if name == "ax" else name], random.Random(split)  # ax: MNLI's columns
     text, pair = task.hub
     columns = {text: [sentence(rng) for _ in range(n)], "idx": list(range(n))}
     if pair is not None:
@@ -422,13 +511,16 @@ def test_without_data_the_tasks_come_from_the_hub(pretrained, tmp_path, monkeypa
         cfg=glue_module.FinetuneConfig(**QUICK_CFG),
         quiet=True,
     )
-    assert ("nyu-mll/glue", "mnli", "validation_mismatched") in calls and len(calls) == 3 + 3 + 5
+    assert ("nyu-mll/glue", "mnli", "validation_mismatched") in calls and len(calls) == 3 + 3 + 6
+    assert ("nyu-mll/glue", "ax", "test") in calls  # the diagnostic set, for AX.tsv
     assert report["tasks"] == ["CoLA", "MNLI", "RTE"] and report["data"] == "the hub's nyu-mll/glue"
     rte = (out / "data" / "rte" / "train.tsv").read_text().splitlines()
     assert rte[0] == "sentence1\tsentence2\tlabel" and rte[1].endswith("\tentailment")  # the hub's id 0
     cola = (out / "data" / "cola" / "train.tsv").read_text().splitlines()
     assert cola[1].split("\t")[:3] == ["", "1", ""]  # headerless, the label where CoLA keeps it
     assert (out / "submission" / "RTE.tsv").read_text().startswith("index\tprediction\n0\t")
+    ax = (out / "submission" / "AX.tsv").read_text().splitlines()
+    assert len(ax) == 13 and {line.split("\t")[1] for line in ax[1:]} <= set(GLUE_TASKS["mnli"].labels)
     monkeypatch.setattr(datasets, "load_dataset", None)  # a second call reads the files it wrote
     assert glue(pretrained, out, tasks=["rte"], cfg=glue_module.FinetuneConfig(**QUICK_CFG), quiet=True)[
         "tasks"
@@ -465,7 +557,10 @@ def test_f1_is_the_positive_class_f1_and_scores_are_named_per_dev_file():
     scores = mrpc.scores(np.array([[0.0, 1.0], [1.0, 0.0]]), np.array([1, 1]), ["0", "1"], mrpc.devs[0])
     assert scores == {"f1": pytest.approx(2 / 3), "accuracy": 0.5}
     assert mnli.prediction(outputs[1], list(mnli.labels)) == "contradiction"
-    assert GLUE_TASKS["stsb"].prediction(np.array([3.14159]), None) == "3.142"
+    stsb = GLUE_TASKS["stsb"]
+    assert stsb.prediction(np.array([3.14159]), None) == "3.142"
+    assert stsb.prediction(np.array([5.7]), None) == "5.000"  # the server's range, 0 to 5
+    assert stsb.prediction(np.array([-0.4]), None) == "0.000"
 
 
 def test_the_cli_lists_the_tasks_of_the_registry():
@@ -474,10 +569,140 @@ def test_the_cli_lists_the_tasks_of_the_registry():
     assert _GLUE_NAMES.split() == list(GLUE_TASKS)
 
 
-def test_the_default_out_is_named_after_the_checkpoints_run(tmp_path):
-    from pathlib import Path
-
-    from nanobert.finetuning.glue import default_out
-
+def test_the_default_out_is_named_after_the_checkpoints_run(tmp_path, monkeypatch):
     assert default_out(tmp_path / "first" / "best") == Path("runs/glue-first")
     assert default_out(tmp_path / "imported") == Path("runs/glue-imported")
+    assert default_out("runs/x/best") == Path("runs/glue-x")  # a nested best/ or last/: its run's name
+    assert default_out("a/b/c/best/") == default_out("a/b/c/last") == Path("runs/glue-c")
+    assert default_out("runs/x/checkpoints/step-100") == Path("runs/glue-step-100")  # not best/: its own
+    target = tmp_path / "store" / "ckpt-0005397"
+    target.mkdir(parents=True)
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "best").symlink_to(target)  # a best/ that links elsewhere still names its run
+    assert default_out(tmp_path / "x" / "best") == Path("runs/glue-x")
+    (tmp_path / "first" / "best").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "first" / "best")
+    assert default_out(".") == Path("runs/glue-first")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The report on its own: what is compared, what the GLUE score is called, the submission's notice
+
+
+def fake_run(task, init: str, seed: int, value: float) -> dict:
+    return {"task": task.name, "init": init, "seed": seed, "metrics": dict.fromkeys(task.keys(), value),
+            "seconds": 1.0}  # fmt: skip
+
+
+def about(present: list[str]) -> dict:
+    """What `glue.report` hands `build_report`, with the submission's files `present`."""
+    missing = [name for name in server_files() if name not in present]
+    return {"checkpoint": "CKPT", "data": "GLUE_DATA", "out": "OUT", "skipped": {}, "capped": {},
+            "max_train_examples": None, "submission": present, "submission_needs": server_files(),
+            "submission_missing": missing, "stopped_by_signal": None}  # fmt: skip
+
+
+def test_pretrained_and_control_are_compared_on_the_tasks_both_finished():
+    tasks = choose_tasks(["cola", "sst2", "rte"])
+    runs = [fake_run(t, "pretrained", 1, 0.5 + 0.1 * n) for n, t in enumerate(tasks)]
+    runs += [fake_run(t, "scratch", 1, 0.4) for t in tasks[:2]]  # the control stopped before RTE
+    report = build_report(tasks, ("pretrained", "scratch"), (1,), runs, about(["CoLA.tsv"]))
+    assert report["glue_tasks"] == ["CoLA", "SST-2"] and report["glue_name"] == "GLUE score over 2 tasks"
+    assert report["glue_score"]["pretrained"]["mean"] == pytest.approx(0.55)  # RTE's 0.7 left out
+    assert report["difference"]["glue_score"] == pytest.approx(0.15)
+    assert report["difference"]["task_scores"]["RTE"] is None
+    table = report["table"]
+    assert "| **GLUE score over 2 tasks** | mean of CoLA, SST-2 | 0.5500 | 0.4000 | +0.1500 |" in table
+    assert "| RTE | accuracy | 0.7000 | – | – |" in table
+    assert "**GLUE score** |" not in table and "some of their runs not finished: RTE." in table
+    every = choose_tasks(None)
+    runs = [fake_run(t, i, 1, 0.5) for t in every for i in ("pretrained", "scratch")]
+    full = build_report(every, ("pretrained", "scratch"), (1,), runs, about(server_files()))
+    assert (
+        full["glue_name"] == "GLUE score"
+        and "| **GLUE score** | mean of the 9 task scores |" in full["table"]
+    )
+
+
+def test_the_submission_says_it_is_incomplete_until_every_file_is_there(tmp_path):
+    assert server_files() == ["CoLA.tsv", "SST-2.tsv", "MRPC.tsv", "STS-B.tsv", "QQP.tsv", "MNLI-m.tsv",
+                              "MNLI-mm.tsv", "AX.tsv", "QNLI.tsv", "RTE.tsv", "WNLI.tsv"]  # fmt: skip
+    (cola,) = choose_tasks(["cola"])
+    runs = [fake_run(cola, "pretrained", 1, 0.5)]
+    report = build_report([cola], ("pretrained",), (1,), runs, about(["CoLA.tsv"]))
+    write_report(tmp_path, report)
+    notice = " ".join((tmp_path / "submission" / NOTICE).read_text().split())
+    assert notice.startswith("The submission is incomplete: the GLUE server needs all of CoLA, SST-2")
+    assert "lacks SST-2.tsv, MRPC.tsv" in notice and "AX.tsv is the MNLI model's labels" in notice
+    assert "--tasks sst2 mrpc stsb qqp mnli qnli rte wnli" in notice
+    assert "The submission is incomplete" in report["table"]
+    report = build_report([cola], ("pretrained",), (1,), runs, about(server_files()))
+    write_report(tmp_path, report)
+    assert not (tmp_path / "submission" / NOTICE).exists() and "incomplete" not in report["table"]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# What a new user reads: the help and the guide
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORD = ROOT / "benchmarks" / "records" / "2026-12-05-glue-first-run"
+LARGE = {"qqp": 363_846, "mnli": 392_702, "qnli": 104_743}  # GLUE's training sets not measured
+
+
+def command_help(name: str) -> str:
+    import argparse
+
+    from nanobert.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    return " ".join(commands[name].format_help().split())
+
+
+def time_figures() -> list[str]:
+    """The help's and the guide's CPU times, from the record's glue.csv: each measured task's range of
+    seconds a run, the large tasks' estimate at SST-2's time per example, and all nine per seed."""
+    seconds: dict[str, dict[str, float]] = {}
+    with open(RECORD / "glue.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            seconds.setdefault(row["task"], {})[row["init"]] = float(row["seconds"])
+    found = []
+    for name, by_init in seconds.items():
+        low, high = round(min(by_init.values())), round(max(by_init.values()))
+        found.append(
+            f"{GLUE_TASKS[name].title} {low}–{high} s" if low != high else f"{GLUE_TASKS[name].title} {low} s"
+        )
+    per_example = statistics.fmean(seconds["sst2"].values()) / 67_349
+    qqp, mnli, qnli = (round(per_example * LARGE[n] / 60) for n in ("qqp", "mnli", "qnli"))
+    found.append(f"about {qqp}, {mnli} and {qnli} min a run")
+    measured = statistics.fmean(sum(s[i] for s in seconds.values()) for i in ("pretrained", "scratch"))
+    found.append(
+        f"about {(measured + per_example * sum(LARGE.values())) / 3600:.1f} hours for all nine per seed"
+    )
+    return found
+
+
+def test_the_help_of_glue_names_no_qa_default_and_says_how_long_it_takes(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "3000")  # one line a paragraph: nothing split at a hyphen
+    text = command_help("glue")
+    assert not re.search(r"\bqa\b", text), text
+    assert "(default: one seed, seed 1)" in text and 'pip install "nanobert[hf]"' in text
+    assert "runs/x/best gives runs/glue-x" in text
+    finetune = command_help("finetune")
+    assert "(qa: 2)" in finetune and "(qa: 384)" in finetune  # finetune, which trains qa, keeps them
+    guide = " ".join((ROOT / "docs" / "glue.md").read_text().split())
+    for figure in time_figures():
+        assert figure in text and figure in guide, figure
+    assert "an estimate" in text and "--max-train-examples N" in text
+
+
+def test_the_guide_says_what_a_new_user_needs():
+    guide = " ".join((ROOT / "docs" / "glue.md").read_text().split())
+    assert "QQP, MNLI and QNLI download from the GLUE site (or the hub) like the others" in guide
+    assert "not at hand" not in guide
+    assert "the next call trains it again from step 0" in guide and "finished are kept" in guide
+    assert (
+        "`AX.tsv`, the diagnostic set labelled by the MNLI model" in guide and "does not write" not in guide
+    )
+    assert "`INCOMPLETE.txt`" in guide and "*GLUE score over N tasks*" in guide
+    assert 'pip install "nanobert[hf]"' in guide

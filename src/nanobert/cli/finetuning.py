@@ -52,12 +52,13 @@ def _add_qa_options(p) -> None:
     )
 
 
-def _add_training_options(p) -> None:
-    """How the fine-tuning trains: epochs, batch, rates, dropout, the pooler, the length."""
+def _add_training_options(p, qa: bool = True) -> None:
+    """How the fine-tuning trains: epochs, batch, rates, dropout, the pooler, the length; `qa`: whether the
+    command also fine-tunes question answering, whose defaults differ (glue's help says nothing of them)."""
     p.add_argument(
         "--epochs",
         type=int,
-        help="default 3, or up to 10 on a small training set for at least 1,500 steps (qa: 2)",
+        help="default 3, or up to 10 on a small training set for at least 1,500 steps" + " (qa: 2)" * qa,
     )
     p.add_argument("--batch-size", type=positive_int, help="default 32")
     p.add_argument("--learning-rate", type=float, help="peak AdamW learning rate, default 3e-4")
@@ -81,7 +82,9 @@ def _add_training_options(p) -> None:
         help="learning-rate factor per encoder layer going down, embeddings last; default 1 (one rate)",
     )
     p.add_argument(
-        "--max-seq-len", type=int, help="tokens per example incl. [CLS]/[SEP], default 128 (qa: 384)"
+        "--max-seq-len",
+        type=int,
+        help="tokens per example incl. [CLS]/[SEP], default 128" + " (qa: 384)" * qa,
     )
 
 
@@ -219,7 +222,7 @@ def _add_glue(sub) -> None:
         "--data",
         metavar="DIR",
         help="the GLUE files in glue_data's layout (CoLA/train.tsv, SST-2/dev.tsv, ...; lowercase folders "
-        "too); default: the Hugging Face hub's nyu-mll/glue (pip install nanobert[hf])",
+        'too); default: the Hugging Face hub\'s nyu-mll/glue (pip install "nanobert[hf]")',
     )
     p.add_argument(
         "--tasks",
@@ -233,7 +236,12 @@ def _add_glue(sub) -> None:
         help="also fine-tune from the checkpoint's untrained start (finetune --from-scratch), same seeds",
     )
     p.add_argument(
-        "--seeds", nargs="+", type=int, default=[1], metavar="N", help="mean ± std over these (default: 1)"
+        "--seeds",
+        nargs="+",
+        type=int,
+        default=[1],
+        metavar="N",
+        help="fine-tuning seeds; the table gives the mean ± std over them (default: one seed, seed 1)",
     )
     p.add_argument(
         "--max-train-examples",
@@ -241,8 +249,12 @@ def _add_glue(sub) -> None:
         metavar="N",
         help="train SST-2, QQP, MNLI and QNLI on a seeded random N of their examples, for a quick look",
     )
-    p.add_argument("--out", help="default: runs/glue-RUN; the same command again resumes there")
-    _add_training_options(p)
+    p.add_argument(
+        "--out",
+        help="default: runs/glue-NAME, NAME the checkpoint's run folder (runs/x/best gives runs/glue-x) or, "
+        "for a checkpoint folder not named best or last, its own name; the same command again resumes there",
+    )
+    _add_training_options(p, qa=False)
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="default: auto (CUDA when present)")
     p.add_argument("--precision", choices=["auto", "fp32", "bf16"], help="default: auto, as for finetune")
     job_options(p, "replace the runs an earlier glue left in --out with other options")
@@ -252,7 +264,14 @@ def _cmd_glue(args) -> int:
     """Fine-tune a pretraining checkpoint on each GLUE task with finetune's defaults (each task's columns,
     header, labels and dev files built in) and print the GLUE table; OUT also holds glue.json, glue.csv,
     glue.png, every run, and the test-set predictions for the GLUE server. Run the same command again after an
-    interruption: the finished runs are kept."""
+    interruption: the finished runs are kept (a run cut short starts again from step 0).
+
+    On a CPU all nine take hours. With the first run's model (the CPU recipe) on 2 shared cores of an AMD
+    EPYC, one run took CoLA 46–50 s, SST-2 468–625 s, MRPC 102–106 s, STS-B 374–433 s, RTE 89–90 s and WNLI
+    20 s (benchmarks/records/2026-12-05-glue-first-run); QQP, MNLI and QNLI were not measured: at SST-2's time
+    per training example they would take about 49, 53 and 14 min a run, an estimate (their pairs are longer
+    than SST-2's sentences, so likely more), which makes about 2.3 hours for all nine per seed, twice that
+    with --control scratch. --max-train-examples N cuts the four large tasks for a quick look."""
     from nanobert.config import FinetuneConfig
     from nanobert.finetuning.glue import glue
 

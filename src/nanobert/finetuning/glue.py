@@ -7,9 +7,11 @@ OUT/TASK/INIT-seedN/. Its best epoch is then scored on each of the task's dev fi
 metrics (`glue_tasks.py`; `finetune`'s own figures where it has them, so they agree to the digit), and the
 result is kept beside the run (glue-result.json). A rerun of the same command finds those results and does
 not train their runs again, so an interrupted `nanobert glue` picks up where it stopped; OUT/glue-options.json
-says which checkpoint, data and settings its results belong to, so that another command never mixes its runs
-with them (nor replaces them, unless asked). The first seed's pretrained model labels the test files for the
-GLUE server (OUT/submission/). The table, JSON, CSV and picture are `glue_report.py`'s.
+says which checkpoint (by a digest of its contents: a moved or copied checkpoint is the same one), data and
+settings its results belong to (`glue_options.py`), so that another command never mixes its runs with them
+(nor replaces them, unless asked). The first seed's pretrained model labels the test files for the GLUE
+server (OUT/submission/; the MNLI model also labels the diagnostic set). The table, JSON, CSV, picture and
+the submission's notice are `glue_report.py`'s.
 """
 
 from __future__ import annotations
@@ -22,24 +24,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nanobert.checkpoints.checkpoint import WEIGHTS_NAME, load_finetuned, read_config
+from nanobert.checkpoints.checkpoint import load_finetuned, read_config
 from nanobert.checkpoints.kinds import KINDS, checkpoint_kind, wrong_kind
 from nanobert.config import FinetuneConfig
 from nanobert.data.labelled import load_split, read_texts
 from nanobert.data.tables import read_table
 from nanobert.device import autocast_dtype, resolve_device
 from nanobert.errors import NanobertError
-from nanobert.files import atomic_file, check_output_folder, check_room, within
+from nanobert.files import atomic_file, check_room
 from nanobert.finetuning.classification import ClassifierTask, finetune
-from nanobert.finetuning.glue_data import HUB, TaskFiles, cap_train, check_task, hub_tasks, local_tasks
+from nanobert.finetuning.glue_data import TaskFiles, cap_train, check_task, hub_tasks, local_tasks
+from nanobert.finetuning.glue_options import (
+    OPTIONS_NAME,
+    check_out,
+    default_out,
+    legacy_key,
+    run_options,
+    upgraded,
+)
 from nanobert.finetuning.glue_report import build_report, write_report
-from nanobert.finetuning.glue_tasks import GlueTask, choose_tasks
+from nanobert.finetuning.glue_tasks import GlueTask, choose_tasks, server_files
 from nanobert.finetuning.task import default_epochs
 from nanobert.use.classifier import classify, split_outputs
 
 INITS = {"pretrained": False, "scratch": True}  # an init -> finetune's from_scratch
 CONTROLS = ("scratch",)  # what --control may ask for besides the pretrained start
-OPTIONS_NAME, RESULT_NAME, SUBMISSION = "glue-options.json", "glue-result.json", "submission"
+RESULT_NAME, SUBMISSION = "glue-result.json", "submission"
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,7 @@ class GlueJob:
     seeds: tuple[int, ...]
     options: dict[str, Any]  # what a kept result must have been made with (glue-options.json)
     quiet: bool
+    legacy: dict[str, Any]  # the checkpoint as glue-options.json named it before its digest (old runs)
 
     def runs(self, task: GlueTask) -> list[Run]:
         return [Run(task, init, seed) for init in self.inits for seed in self.seeds]
@@ -93,19 +104,22 @@ def glue(
 
     `data` is a `glue_data/`-style folder (tasks whose files are missing are skipped and named); None takes
     the tasks from the Hugging Face hub. `max_train_examples` caps the large tasks' training sets. `cfg` is
-    the fine-tuning every run shares (its seed is each run's). `out` defaults to runs/glue-RUN; calling again
-    with the same arguments keeps the runs that finished. Returns the report (`glue_report.build_report`),
-    whose "table" is glue.md's text and "stopped_by_signal" says if a signal cut the call short.
+    the fine-tuning every run shares (its seed is each run's). `out` defaults to runs/glue-NAME
+    (`default_out`); calling again with the same arguments keeps the runs that finished, wherever the
+    checkpoint has moved since. Returns the report (`glue_report.build_report`), whose "table" is glue.md's
+    text and "stopped_by_signal" says if a signal cut the call short.
     """
     cfg = cfg or FinetuneConfig()
     chosen = choose_tasks(tasks)
     if max_train_examples is not None and max_train_examples < 1:
         raise NanobertError(f"--max-train-examples {max_train_examples}: give a number of at least 1")
     out = Path(out) if out is not None else default_out(checkpoint)
+    inits, seeds = choose_inits(control), check_seeds(seeds)
+    check_checkpoint(Path(checkpoint))
     options = run_options(checkpoint, data, max_train_examples, cfg)
-    job = GlueJob(Path(checkpoint), out, cfg, choose_inits(control), check_seeds(seeds), options, quiet)
-    check_checkpoint(job.checkpoint)
-    check_out(job.out, job.options, overwrite, (job.checkpoint, *([Path(data)] if data is not None else [])))
+    job = GlueJob(Path(checkpoint), out, cfg, inits, seeds, options, quiet, legacy_key(Path(checkpoint)))
+    inputs = (job.checkpoint, *([Path(data)] if data is not None else []))
+    check_out(job.out, job.options, job.legacy, overwrite, inputs)
     if data is not None:  # every file read and checked before the output folder is touched
         found, skipped = local_tasks(data, chosen)
         found = [check_task(files) for files in found]
@@ -144,68 +158,6 @@ def check_checkpoint(checkpoint: Path) -> None:
     kind = KINDS.get(name)
     if kind is None or "finetune" not in kind.commands:
         raise wrong_kind(checkpoint, name, "a pretraining checkpoint")
-
-
-def default_out(checkpoint: str | Path) -> Path:
-    """runs/glue-RUN for RUN/best (or RUN/last, or a checkpoint folder RUN): the same for the same
-    checkpoint, so that the same command run again finds its earlier runs."""
-    path = Path(checkpoint).resolve()
-    return Path("runs") / f"glue-{path.parent.name if path.name in ('best', 'last') else path.name}"
-
-
-def run_options(checkpoint, data, max_train_examples: int | None, cfg: FinetuneConfig) -> dict[str, Any]:
-    """What a run's result depends on besides its task, init and seed: the checkpoint (where it is and its
-    weights' size and time), the data, the cap and the fine-tuning settings. As JSON reads it back."""
-    weights = Path(checkpoint) / WEIGHTS_NAME
-    stat = weights.stat() if weights.is_file() else None
-    options = {
-        "checkpoint": str(Path(checkpoint).resolve()),
-        "checkpoint_weights": [stat.st_size, stat.st_mtime_ns] if stat else None,
-        "data": str(Path(data).resolve()) if data is not None else f"the hub's {HUB}",
-        "max_train_examples": max_train_examples,
-        "finetune": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "seed"},
-    }
-    return json.loads(json.dumps(options))
-
-
-def check_out(out: Path, options: dict, overwrite: bool, inputs: tuple[Path, ...]) -> None:
-    """`out` may hold this call's runs: a new or empty folder, or one that holds a glue call's runs made with
-    the same options (or, with `overwrite`, with others: they are replaced as their turn comes); never a
-    folder of other files, nor one inside an input or holding one."""
-    for source in inputs:
-        if within(out, source) or within(source, out):
-            relation = "lies inside" if within(out, source) else "holds"
-            raise NanobertError(f"output {out} {relation} the input {source}; choose another --out")
-    check_output_folder(out, OPTIONS_NAME)
-    if not out.is_dir() or not any(not p.name.startswith(".") for p in out.iterdir()):
-        return
-    try:
-        earlier = json.loads((out / OPTIONS_NAME).read_text())
-    except (OSError, ValueError):
-        raise NanobertError(
-            f"{out} already exists and holds other files, not the runs of nanobert glue; choose another "
-            "--out (a new or empty folder)"
-        ) from None
-    changed = differences(earlier, options)
-    if changed and not overwrite:
-        raise NanobertError(
-            f"{out} holds nanobert glue runs made with other options ({', '.join(changed)}); pass "
-            "--overwrite to replace them, or choose another --out"
-        )
-
-
-def differences(earlier: Any, now: dict[str, Any], prefix: str = "") -> list[str]:
-    """The options (finetune's fields as finetune.NAME) whose values differ."""
-    if not isinstance(earlier, dict):
-        return ["all"]
-    changed = []
-    for key in sorted(set(earlier) | set(now)):
-        a, b = earlier.get(key), now.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            changed += differences(a, b, f"{prefix}{key}.")
-        elif a != b:
-            changed.append(f"{prefix}{key}")
-    return changed
 
 
 def claim_out(job: GlueJob) -> None:
@@ -253,6 +205,7 @@ def run_tasks(job: GlueJob, found: list[TaskFiles], skipped: dict[str, str]) -> 
 
 def report(job, found, skipped, results, stopped: int | None = None, final: bool = False) -> dict[str, Any]:
     """The report of the runs so far, written to OUT (the picture only once a task is done)."""
+    present = sorted(p.name for p in (job.out / SUBMISSION).glob("*.tsv"))
     about = {
         "checkpoint": str(job.checkpoint),
         "data": job.options["data"],
@@ -260,7 +213,9 @@ def report(job, found, skipped, results, stopped: int | None = None, final: bool
         "skipped": skipped,
         "capped": {f.task.title: [f.rows, f.full_rows] for f in found if f.rows < f.full_rows},
         "max_train_examples": job.options["max_train_examples"],
-        "submission": sorted(p.name for p in (job.out / SUBMISSION).glob("*.tsv")),
+        "submission": present,
+        "submission_needs": server_files(),
+        "submission_missing": [name for name in server_files() if name not in present],
         "stopped_by_signal": stopped,
     }
     built = build_report([f.task for f in found], job.inits, job.seeds, results, about)
@@ -278,7 +233,8 @@ def kept_result(run: Run, job: GlueJob) -> dict[str, Any] | None:
         return None
     same = (result.get("task"), result.get("init"), result.get("seed")) == (run.task.name, run.init, run.seed)
     metrics = result.get("metrics")
-    if not same or result.get("options") != job.options or not isinstance(metrics, dict):
+    options = upgraded(result.get("options"), job.options, job.legacy)
+    if not same or options != job.options or not isinstance(metrics, dict):
         return None
     return result if set(metrics) == set(run.task.keys()) else None
 
@@ -312,34 +268,34 @@ def train_run(run: Run, files: TaskFiles, job: GlueJob) -> dict[str, Any] | int:
 
 
 def dev_scores(run: Run, files: TaskFiles, folder: Path, summary: dict, job: GlueJob) -> dict[str, float]:
-    """The task's GLUE metrics of the run's best epoch on each dev file, scored as `finetune` scores its dev
-    file (same encoding, precision and pair order); on the first, `finetune`'s own figures where it has
-    them."""
-    device = resolve_device(job.cfg.device)
-    model, tokenizer, config = load_finetuned(folder, device)
-    symmetric = bool(config["finetune"].get("symmetric_pairs"))
-    amp_dtype = autocast_dtype(config.get("precision", "fp32"), device)
-    scores: dict[str, float] = {}
-    for file, path in zip(run.task.devs, files.devs, strict=True):
-        split, _ = load_split(
-            path,
-            run.task.spec(),
-            tokenizer,
-            int(config["max_seq_len"]),
-            config["labels"],
-            files.train,
-            symmetric,
-        )
+    """The task's GLUE metrics of the run's best epoch on each dev file, in `task.keys()`'s order. Each is
+    computed in one place: on the first dev file `finetune`'s own figures where it has them (the same to the
+    digit as `nanobert finetune`), and the rest (MRPC's and QQP's F1, MNLI's mismatched accuracy) from the
+    best epoch's outputs, scored as `finetune` scores its dev file (same encoding, precision and pair order);
+    the model is loaded only when a metric needs it."""
+    task, first = run.task, run.task.devs[0]
+    scores = {task.key(m, first): summary["dev"][m] for m in task.metrics if m in summary["dev"]}
+    loaded = None
+    for file, path in zip(task.devs, files.devs, strict=True):
+        wanted = [m for m in task.metrics if task.key(m, file) not in scores]
+        if not wanted:
+            continue
+        device = resolve_device(job.cfg.device)
+        model, tokenizer, config = loaded = loaded or load_finetuned(folder, device)
+        symmetric = bool(config["finetune"].get("symmetric_pairs"))
+        max_len, labels = int(config["max_seq_len"]), config["labels"]
+        split, _ = load_split(path, task.spec(), tokenizer, max_len, labels, files.train, symmetric)
+        amp_dtype = autocast_dtype(config.get("precision", "fp32"), device)
         outputs = split_outputs(model, split, device, amp_dtype, job.cfg.eval_batch_size)
-        scores |= run.task.scores(outputs, split.data.labels, config["labels"], file)
-    first = run.task.devs[0]
-    scores |= {run.task.key(m, first): summary["dev"][m] for m in run.task.metrics if m in summary["dev"]}
-    return scores
+        scores |= task.scores(outputs, split.data.labels, labels, file, wanted)
+    return {key: scores[key] for key in task.keys()}
 
 
 def write_predictions(files: TaskFiles, job: GlueJob) -> None:
     """The test files labelled by the first seed's pretrained model, as the GLUE server takes them
-    (OUT/submission/TASK.tsv: index and prediction); kept while newer than that model's result."""
+    (OUT/submission/TASK.tsv: index and prediction; the MNLI model's also AX.tsv, the diagnostic set, and
+    STS-B's scores within the server's range); kept while newer than that model's result. A test file
+    that is missing writes nothing (the report's notice names what the server still needs)."""
     task = files.task
     result = Run(task, "pretrained", job.seeds[0]).folder(job.out) / RESULT_NAME
     loaded = None

@@ -35,7 +35,7 @@ class TaskFiles:
     task: GlueTask
     train: Path
     devs: tuple[Path, ...]  # one per `task.devs`
-    tests: tuple[Path | None, ...]  # one per `task.tests`; None where the file is missing
+    tests: tuple[Path | None, ...]  # one per `task.tests`; None where the file is missing (no predictions)
     rows: int = 0  # training examples used
     full_rows: int = 0  # training examples in the task's own file
 
@@ -57,7 +57,7 @@ def local_tasks(data: str | Path, tasks: list[GlueTask]) -> tuple[list[TaskFiles
             skipped[task.title] = f"no {', '.join(missing)} in {folder.name}/" if missing else "no folder"
             continue
         devs = tuple(folder / f"{f.stem}.tsv" for f in task.devs)
-        tests = tuple(p if p.is_file() else None for p in (folder / f"{f.stem}.tsv" for f in task.tests))
+        tests = tuple(p if p.is_file() else None for p in (f.path(data, folder) for f in task.tests))
         found.append(TaskFiles(task, folder / "train.tsv", devs, tests))
     if not found:
         asked = ", ".join(task.title for task in tasks)
@@ -137,24 +137,26 @@ def cap_train(files: TaskFiles, cap: int | None, folder: Path) -> TaskFiles:
 
 def hub_tasks(tasks: list[GlueTask], folder: Path, say: Callable[[str], None]) -> list[TaskFiles]:
     """Each task's splits from the hub's `nyu-mll/glue` (or the local `datasets` cache when the hub does not
-    answer), written once to FOLDER/TASK/ in the task's GLUE layout; a later call reads them from there."""
+    answer), written once to FOLDER/TASK/ in the task's GLUE layout; a later call reads them from there. A
+    file of another configuration (the diagnostic set `ax`, in MNLI's) is written in the task's folder too."""
     online = None
     found = []
     for task in tasks:
         task_dir = folder / task.name
-        files = [("train", "train", True), *((f.stem, f.hub, True) for f in task.devs)]
-        files += [(f.stem, f.hub, False) for f in task.tests]
-        for stem, split, labelled in files:
+        files = [("train", task.name, "train", True), *((f.stem, task.name, f.hub, True) for f in task.devs)]
+        files += [(f.stem, f.config or task.name, f.hub, False) for f in task.tests]
+        for stem, config, split, labelled in files:
             path = task_dir / f"{stem}.tsv"
             if path.is_file():
                 continue
             if online is None:
                 online = hub_reachable()  # once, not once a split
-            say(f"nanobert: glue: {task.title} {split} from the hub's {HUB}")
+            what = task.title if config == task.name else config
+            say(f"nanobert: glue: {what} {split} from the hub's {HUB}")
             advice = "pass --data DIR with the GLUE files (glue_data/: CoLA/train.tsv, SST-2/dev.tsv, ...)"
-            rows = load_hf_dataset(HUB, task.name, split, advice, online)
+            rows = load_hf_dataset(HUB, config, split, advice, online)
             _write_lines(path, hub_rows(task, rows, labelled))
-        paths = [task_dir / f"{stem}.tsv" for stem, _, _ in files]
+        paths = [task_dir / f"{stem}.tsv" for stem, _, _, _ in files]
         found.append(
             TaskFiles(
                 task, paths[0], tuple(paths[1 : 1 + len(task.devs)]), tuple(paths[1 + len(task.devs) :])

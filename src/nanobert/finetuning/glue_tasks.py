@@ -5,8 +5,10 @@ GLUE is Wang et al. (2019), "GLUE: A Multi-Task Benchmark and Analysis Platform 
 Understanding". The file layouts are those of the original `glue_data/` download (the columns that
 google-research/bert `run_classifier.py` and transformers' GLUE processors read): CoLA's files have no header
 row, MRPC's open with a byte-order mark (`data.tables` drops it), RTE, QNLI and MNLI write their labels as
-words, STS-B is a 0-5 score, MNLI has a matched and a mismatched dev (and test) file. The hub's column names
-and label ids are those of the `nyu-mll/glue` dataset's configurations, whose names are the records' `name`s.
+words, STS-B is a 0-5 score, MNLI has a matched and a mismatched dev (and test) file. GLUE's diagnostic set
+(`diagnostic/diagnostic.tsv`, the server's AX) is a test file of MNLI's: the MNLI model labels it. The hub's
+column names and label ids are those of the `nyu-mll/glue` dataset's configurations, whose names are the
+records' `name`s (the diagnostic set's is `ax`).
 
 `nanobert glue` (`glue.py`) asks a record for all of this and never tests a task's name; a new task is one
 more line in `GLUE_TASKS`.
@@ -30,11 +32,20 @@ from nanobert.use.metrics import accuracy, confusion_matrix, matthews_corrcoef, 
 class GlueFile:
     """One dev or test file of a task: its name in `glue_data/TASK/` (without .tsv), the hub's split, and a
     `tag` where a task has two ("m" and "mm": MNLI's matched and mismatched), which names its metrics
-    (`m_accuracy`) and its GLUE server file (`MNLI-m.tsv`)."""
+    (`m_accuracy`) and its GLUE server file (`MNLI-m.tsv`). A file that GLUE keeps apart from its task's own
+    (the diagnostic set, which the MNLI model labels) names its own folder, hub configuration and server
+    file."""
 
     stem: str
     hub: str
     tag: str = ""
+    folder: str = ""  # its folder in glue_data/ where it is not the task's (diagnostic)
+    config: str = ""  # the hub's configuration where it is not the task's (ax)
+    server: str = ""  # the server's name for its predictions where it is not the task's (AX.tsv)
+
+    def path(self, data: Path, task_folder: Path) -> Path:
+        """Where the file is in a `glue_data/`-style folder `data` whose task folder is `task_folder`."""
+        return (data / self.folder if self.folder else task_folder) / f"{self.stem}.tsv"
 
 
 DEV = (GlueFile("dev", "validation"),)
@@ -59,6 +70,7 @@ class GlueTask:
     devs: tuple[GlueFile, ...] = DEV  # the first picks the best epoch
     tests: tuple[GlueFile, ...] = TEST
     large: bool = False  # capped by --max-train-examples
+    bounds: tuple[float, float] | None = None  # the range the GLUE server takes a score in (STS-B's 0-5)
 
     def spec(self) -> TaskSpec:
         """The columns `finetune` reads from the train and dev files."""
@@ -74,7 +86,9 @@ class GlueTask:
         return [self.key(metric, file) for file in self.devs for metric in self.metrics]
 
     def server_name(self, file: GlueFile) -> str:
-        """The GLUE server's name for a test file's predictions: `SST-2.tsv`, `MNLI-mm.tsv`."""
+        """The GLUE server's name for a test file's predictions: `SST-2.tsv`, `MNLI-mm.tsv`, `AX.tsv`."""
+        if file.server:
+            return file.server
         return f"{self.title}-{file.tag}.tsv" if file.tag else f"{self.title}.tsv"
 
     def file_names(self) -> list[str]:
@@ -96,21 +110,40 @@ class GlueTask:
         """A hub label (a class id, or a score) as the task's files write it."""
         return str(float(value)) if self.labels is None else self.labels[int(value)]
 
-    def scores(self, outputs: np.ndarray, targets: np.ndarray, labels: list[str] | None, file: GlueFile):
-        """The task's metrics on one dev file, from a model's outputs (N, labels) and the targets (class ids
-        under the model's `labels`, or scores), named by `key`."""
+    def scores(
+        self,
+        outputs: np.ndarray,
+        targets: np.ndarray,
+        labels: list[str] | None,
+        file: GlueFile,
+        metrics: tuple[str, ...] | list[str] | None = None,
+    ) -> dict[str, float]:
+        """The task's `metrics` (default: all of them) on one dev file, from a model's outputs (N, labels) and
+        the targets (class ids under the model's `labels`, or scores), named by `key`. Each is computed only
+        when asked for: a metric `finetune` already gave is never computed a second time."""
         if self.labels is None:
-            found = {"pearson": pearson(outputs[:, 0], targets), "spearman": spearman(outputs[:, 0], targets)}
+            score = outputs[:, 0]
+            how = {"pearson": lambda: pearson(score, targets), "spearman": lambda: spearman(score, targets)}
         else:
             predicted = outputs.argmax(axis=1)
-            found = {"accuracy": accuracy(targets, predicted), "mcc": matthews_corrcoef(targets, predicted)}
-            if self.positive is not None:
-                found["f1"] = binary_f1(targets, predicted, labels.index(self.positive), len(labels))
-        return {self.key(metric, file): found[metric] for metric in self.metrics}
+            how = {
+                "accuracy": lambda: accuracy(targets, predicted),
+                "mcc": lambda: matthews_corrcoef(targets, predicted),
+                "f1": lambda: binary_f1(targets, predicted, labels.index(self.positive), len(labels)),
+            }
+        return {
+            self.key(metric, file): how[metric]() for metric in (self.metrics if metrics is None else metrics)
+        }
 
     def prediction(self, output: np.ndarray, labels: list[str] | None) -> str:
-        """One test example's prediction as the GLUE server takes it: the label, or the score."""
-        return f"{float(output[0]):.3f}" if labels is None else labels[int(output.argmax())]
+        """One test example's prediction as the GLUE server takes it: the label, or the score, clipped to the
+        server's range (a regression head can overshoot 0-5)."""
+        if labels is not None:
+            return labels[int(output.argmax())]
+        score = float(output[0])
+        if self.bounds is not None:
+            score = min(max(score, self.bounds[0]), self.bounds[1])
+        return f"{score:.3f}"
 
 
 def binary_f1(targets: np.ndarray, predicted: np.ndarray, positive: int, classes: int) -> float:
@@ -127,9 +160,13 @@ MNLI_DEVS = (
     GlueFile("dev_matched", "validation_matched", "m"),
     GlueFile("dev_mismatched", "validation_mismatched", "mm"),
 )
+# The diagnostic set: glue_data/diagnostic/diagnostic.tsv (index, sentence1, sentence2), the hub's `ax` test
+# split; MNLI's labels, so the MNLI model labels it for the server's AX.tsv.
+DIAGNOSTIC = GlueFile("diagnostic", "test", folder="diagnostic", config="ax", server="AX.tsv")
 MNLI_TESTS = (
     GlueFile("test_matched", "test_matched", "m"),
     GlueFile("test_mismatched", "test_mismatched", "mm"),
+    DIAGNOSTIC,
 )
 
 # The tasks in GLUE's order. CoLA's files have no header: source, label, original label, sentence.
@@ -143,7 +180,7 @@ GLUE_TASKS = {
         GlueTask("mrpc", "MRPC", "#1 String", "#2 String", "Quality", ("#1 String", "#2 String", "index"),
                  ("sentence1", "sentence2"), ("0", "1"), ("f1", "accuracy"), positive="1"),
         GlueTask("stsb", "STS-B", "sentence1", "sentence2", "score", PAIR_TEST, ("sentence1", "sentence2"),
-                 None, ("pearson", "spearman")),
+                 None, ("pearson", "spearman"), bounds=(0.0, 5.0)),
         GlueTask("qqp", "QQP", "question1", "question2", "is_duplicate", ("question1", "question2", "id"),
                  ("question1", "question2"), ("0", "1"), ("f1", "accuracy"), positive="1", large=True),
         GlueTask("mnli", "MNLI", "sentence1", "sentence2", "gold_label", PAIR_TEST, ("premise", "hypothesis"),
@@ -157,6 +194,11 @@ GLUE_TASKS = {
                  ("0", "1"), ("accuracy",)),
     )
 }  # fmt: skip
+
+
+def server_files() -> list[str]:
+    """Every file the GLUE server needs in a submission, in GLUE's order (CoLA.tsv ... AX.tsv)."""
+    return [task.server_name(file) for task in GLUE_TASKS.values() for file in task.tests]
 
 
 def normal(name: str) -> str:
@@ -189,4 +231,13 @@ def task_folder(data: Path, task: GlueTask) -> Path | None:
     return found[0] if found else None
 
 
-__all__ = ["GLUE_TASKS", "GlueFile", "GlueTask", "binary_f1", "choose_tasks", "normal", "task_folder"]
+__all__ = [
+    "GLUE_TASKS",
+    "GlueFile",
+    "GlueTask",
+    "binary_f1",
+    "choose_tasks",
+    "normal",
+    "server_files",
+    "task_folder",
+]
