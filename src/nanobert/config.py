@@ -333,6 +333,13 @@ class FinetuneConfig:
     # sentence-pair regression, off otherwise: STS-B rose on every fine-tuning seed (record
     # 2026-11-27-sts-b-pairs-both-ways).
     symmetric_pairs: bool | None = None
+    # What the pooler (and so the head) reads: "cls", BERT's [CLS] final state, or "mean", the mean of every
+    # token's final state, padding left out (ModernBERT's `classifier_pooling`). None: the task's default
+    # (`Task.pooling`): mean. On [CLS], one STS-B seed in five from a 2,500-step checkpoint fit its training
+    # pairs without learning the task (dev Pearson 0.27 against 0.79); every seed's gradient reaches the top
+    # layer only through [CLS]'s one query, and that seed's top layer hardly moved. The mean is read at every
+    # token, where the pair's word match is (record 2026-12-06-fine-tuning-that-never-stalls).
+    pooling: str | None = None
     adam_eps: float = 1e-6  # BERT's value
     grad_clip: float = 1.0
     max_seq_len: int = 128  # tokens including [CLS]/[SEP]; longer inputs lose tokens from the longer side
@@ -359,6 +366,7 @@ class FinetuneConfig:
                 ("min_steps", self.min_steps >= 0, "0 or more"),
                 ("layer_lr_decay", 0.0 < self.layer_lr_decay <= 1.0, "in (0, 1]"),
                 ("dropout", self.dropout is None or 0.0 <= self.dropout < 1.0, "in [0, 1)"),
+                ("pooling", self.pooling in (None, "cls", "mean"), "cls or mean"),
                 ("adapt_epochs", self.adapt_epochs >= 0, "0 (off) or more"),
                 ("adapt_learning_rate", self.adapt_learning_rate > 0, "positive"),
                 ("adapt_batch_size", self.adapt_batch_size >= 1, "at least 1"),

@@ -564,13 +564,21 @@ class SequenceClassifierOutput:
 
 
 class BertForSequenceClassification(BertPreTrainedModel):
-    """Pooled [CLS] -> dropout -> linear; cross-entropy (classification) or squared error (regression)."""
+    """Pooled [CLS] -> dropout -> linear; cross-entropy (classification) or squared error (regression).
 
-    def __init__(self, config: ModelConfig, num_labels: int, problem_type: str = "classification"):
+    `pooling` is what the pooler reads (the name of ModernBERT's `classifier_pooling`): "cls", BERT's
+    [CLS] final state, or "mean", the mean of every token's final state (padding left out).
+    """
+
+    def __init__(
+        self, config: ModelConfig, num_labels: int, problem_type: str = "classification", pooling: str = "cls"
+    ):
         if problem_type not in ("classification", "regression"):
             raise ValueError(f"problem_type must be classification or regression, got {problem_type!r}")
+        if pooling not in ("cls", "mean"):
+            raise ValueError(f"pooling must be cls or mean, got {pooling!r}")
         super().__init__(config)
-        self.num_labels, self.problem_type = num_labels, problem_type
+        self.num_labels, self.problem_type, self.pooling = num_labels, problem_type, pooling
         self.dropout = Dropout(config.hidden_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, num_labels)
         self.post_init()
@@ -582,7 +590,13 @@ class BertForSequenceClassification(BertPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
     ) -> SequenceClassifierOutput:
-        pooled = self.bert(input_ids, token_type_ids, attention_mask).pooler_output  # (B, H)
+        out = self.bert(input_ids, token_type_ids, attention_mask)
+        pooled = out.pooler_output  # (B, H): tanh(dense([CLS]))
+        if self.pooling == "mean":
+            h = out.last_hidden_state  # (B, T, H)
+            m = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+            m = m.unsqueeze(-1).to(h.dtype)  # (B, T, 1)
+            pooled = torch.tanh(self.bert.pooler((h * m).sum(1) / m.sum(1)))  # (B, H)
         logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
         loss = None
         if labels is not None:

@@ -245,7 +245,8 @@ def load_finetuned(
         raise wrong_kind(directory, kind, KINDS[SEQUENCE_CLASSIFICATION].what)
     try:
         num_labels, task = int(config["num_labels"]), config["task"]
-        model = BertForSequenceClassification(_model_config(directory, config), num_labels, task)
+        pooling = config.get("pooling") or "cls"  # models fine-tuned before the choice existed read [CLS]
+        model = BertForSequenceClassification(_model_config(directory, config), num_labels, task, pooling)
         problem = _finetuned_problem(config, num_labels, model.config.max_position_embeddings)
     except (KeyError, TypeError, ValueError) as e:
         problem = str(e)

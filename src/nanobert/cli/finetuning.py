@@ -77,6 +77,12 @@ def _add_training_options(p, qa: bool = True) -> None:
         "default: fresh for regression, the checkpoint's for classification",
     )
     p.add_argument(
+        "--pooling",
+        choices=["cls", "mean"],
+        help="what the pooler reads: cls, BERT's [CLS] final state, or mean, the mean of every token's final "
+        "state; default: mean (with cls, one fine-tuning seed in five could stay far behind on STS-B)",
+    )
+    p.add_argument(
         "--layer-lr-decay",
         type=float,
         help="learning-rate factor per encoder layer going down, embeddings last; default 1 (one rate)",
@@ -201,7 +207,9 @@ def _cmd_finetune_qa(args) -> int:
     from nanobert.finetuning.qa import finetune_qa
 
     _refuse_options(args, (*_TABLE_OPTIONS, "label_col"), "--task qa, which reads SQuAD JSON")
-    _refuse_options(args, ("fresh_pooler",), "--task qa, whose head reads every token, not the pooler")
+    _refuse_options(
+        args, ("fresh_pooler", "pooling"), "--task qa, whose head reads every token, not the pooler"
+    )
     _refuse_options(args, ("symmetric_pairs",), "--task qa: a question and its passage have an order")
     cfg, out = _finetune_config(QAConfig, args), _finetune_out(args)
     options = {k: getattr(args, k) for k in ("from_scratch", "overwrite", "quiet")}

@@ -60,11 +60,12 @@ def build_classifier(
     seed: int,
     dropout: float | None = None,
     fresh_pooler: bool = False,
+    pooling: str = "cls",
 ) -> BertForSequenceClassification:
     """A BertForSequenceClassification shaped like `pretrained`, holding its encoder unless `from_scratch`
     (the pooler too, unless `fresh_pooler`; the head is seeded the same way either way, and dropout is the
     fine-tuning run's: `task.with_encoder`)."""
-    head = lambda config: BertForSequenceClassification(config, num_labels, task)  # noqa: E731
+    head = lambda config: BertForSequenceClassification(config, num_labels, task, pooling)  # noqa: E731
     return with_encoder(pretrained, head, from_scratch, seed, dropout, fresh_pooler)
 
 
@@ -153,6 +154,11 @@ class ClassifierTask(Task):
             return True, "the default for regression"
         return super().fresh_pooler()
 
+    def pooling(self) -> tuple[str, str]:
+        """Every table task reads the mean of the tokens' final states: on [CLS], one STS-B seed in five fit
+        its training pairs without learning the task (FinetuneConfig.pooling)."""
+        return "mean", "the default; --pooling cls reads [CLS] as BERT's paper does"
+
     def symmetric_pairs(self) -> tuple[bool, str]:
         """Sentence-pair regression reads its pairs both ways (similarity and relatedness scores do not
         depend on the order: FinetuneConfig.symmetric_pairs); classification keeps the order (entailment)."""
@@ -163,7 +169,9 @@ class ClassifierTask(Task):
     def build(self, pretrained, from_scratch: bool, cfg: FinetuneConfig) -> BertForSequenceClassification:
         num_labels = len(self.labels) if self.labels is not None else 1
         task, fresh = self.spec.task, bool(cfg.fresh_pooler)
-        model = build_classifier(pretrained, num_labels, task, from_scratch, cfg.seed, cfg.dropout, fresh)
+        model = build_classifier(
+            pretrained, num_labels, task, from_scratch, cfg.seed, cfg.dropout, fresh, cfg.pooling or "mean"
+        )
         if task == "regression":
             start_at_mean_score(model, self.splits["train"].data.labels)
         if cfg.max_seq_len > model.config.max_position_embeddings:
@@ -183,6 +191,7 @@ class ClassifierTask(Task):
             "task": self.spec.task,
             "labels": self.labels,  # position = class id
             "num_labels": len(self.labels) if self.labels is not None else 1,
+            "pooling": cfg.pooling,
             "columns": self.spec.columns(),
             "format": self.splits["train"].table.format,
             "max_seq_len": cfg.max_seq_len,

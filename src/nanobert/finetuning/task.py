@@ -263,6 +263,11 @@ class Task:
         (`FinetuneConfig.fresh_pooler`); by default the checkpoint's."""
         return False, "the default"
 
+    def pooling(self) -> tuple[str | None, str]:
+        """What the pooler reads when not asked (`FinetuneConfig.pooling`), and why; None for a head that
+        reads every token (question answering)."""
+        return None, "no pooler"
+
     def symmetric_pairs(self) -> tuple[bool, str]:
         """Whether pairs are read both ways when not asked (`FinetuneConfig.symmetric_pairs`), and why; by
         default not: the order of a question and its passage, or of a premise and its hypothesis, matters."""
@@ -345,6 +350,7 @@ def run_task(
     cfg, dropout_why = _task_default(cfg, "dropout", lambda: task.dropout(pretrained.config), "--dropout")
     given = "--fresh-pooler" if cfg.fresh_pooler else "--no-fresh-pooler"
     cfg, pooler_why = _task_default(cfg, "fresh_pooler", task.fresh_pooler, given)
+    cfg, pooling_why = _task_default(cfg, "pooling", task.pooling, f"--pooling {cfg.pooling}")
     if cfg.epochs is None:
         steps_per_epoch = math.ceil(task.train_rows() / cfg.batch_size)
         cfg = dataclasses.replace(cfg, epochs=default_epochs(steps_per_epoch, cfg))
@@ -359,6 +365,9 @@ def run_task(
         has_one = getattr(pretrained.bert, "pooler", None) is not None  # a causal checkpoint has none
         source = "from the checkpoint" if has_one and not cfg.fresh_pooler else "fresh"
         log.say(f"nanobert: pooler {source} ({pooler_why if has_one else 'the checkpoint has none'})")
+    if cfg.pooling is not None:
+        read = "the mean of every token's final state" if cfg.pooling == "mean" else "the [CLS] final state"
+        log.say(f"nanobert: the pooler reads {read} ({pooling_why})")
     if cfg.symmetric_pairs:
         log.say(f"nanobert: pairs read both ways, A-B and B-A, in training and scoring ({symmetric_why})")
     outcome = fit(job, plan, run, log)
