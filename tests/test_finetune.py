@@ -588,3 +588,86 @@ def test_a_run_without_epochs_records_the_ones_it_used(pretrained, task, tmp_pat
     assert code == 0, err
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["finetune"]["epochs"] == 10 and len(summary["dev_history"]) == 10
+
+
+def test_the_pooler_reads_the_mean_of_the_tokens_by_default(pretrained, task, tmp_path, capsys):
+    """Every table task's pooler reads the mean of the tokens' final states unless --pooling cls (on [CLS]
+    one STS-B seed in five fit its pairs without learning the task: FinetuneConfig.pooling). The log says
+    which, best/ keeps it and predicts with it, and a model saved before the choice existed reads [CLS]."""
+    from nanobert.finetuning.classification import ClassifierTask
+
+    for kind in ("classification", "regression"):
+        assert ClassifierTask(TaskSpec("s", "l", task=kind)).pooling()[0] == "mean"
+    pre, _ = load_pretraining_checkpoint(pretrained)
+    model = build_classifier(pre, 2, "classification", False, seed=0, pooling="mean").eval()
+    ids = torch.tensor([[CLS_ID, 7, 8, 9, SEP_ID, 0, 0], [CLS_ID, 10, SEP_ID, 0, 0, 0, 0]])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        h = model.bert(ids, attention_mask=mask).last_hidden_state
+        by_hand = torch.stack([h[i, : int(mask[i].sum())].mean(0) for i in range(2)])
+        expected = model.classifier(torch.tanh(model.bert.pooler(by_hand)))
+        got = model(ids, attention_mask=mask).logits
+        torch.testing.assert_close(got, expected)
+        # padding changes nothing: the same rows cut to their longest, and with more padding
+        cut = model(ids[:, :5], attention_mask=mask[:, :5]).logits
+        padded = torch.cat([ids, torch.zeros(2, 3, dtype=torch.long)], 1)
+        more = model(padded, attention_mask=(padded != 0).long()).logits
+    torch.testing.assert_close(cut, got)
+    torch.testing.assert_close(more, got)
+
+    train, dev = task
+    out = tmp_path / "run"
+    loud = [a for a in TUNE if a != "--quiet"]
+    code, _, err = run_cli(capsys, "finetune", pretrained, "--train", train, "--dev", dev,
+                           "--text-col", "sentence", "--label-col", "label", "--out", out, *loud)  # fmt: skip
+    assert code == 0, err
+    assert "the pooler reads the mean of every token's final state (the default;" in err
+    saved = json.loads((out / "best" / "config.json").read_text())
+    assert saved["pooling"] == "mean" and saved["finetune"]["pooling"] == "mean"
+    assert load_finetuned(out)[0].pooling == "mean"
+    del saved["pooling"]  # as written before the choice existed
+    (out / "best" / "config.json").write_text(json.dumps(saved))
+    assert load_finetuned(out)[0].pooling == "cls"
+    code, _, err = run_cli(capsys, "finetune", pretrained, "--train", "q.json", "--dev", "q.json",
+                           "--task", "qa", "--pooling", "mean", "--out", tmp_path / "qa")  # fmt: skip
+    assert_one_line_error(code, err, "--pooling", "not for --task qa")
+
+
+def test_a_regression_from_a_constant_cls_state_still_learns(pretrained, tmp_path, capsys):
+    """With every attention output zeroed, each position's final state depends on its own token only, so
+    [CLS]'s is one vector for every input: a head on it has nothing to read. The default head, on the mean
+    of the tokens, learns a score carried by the words all the same."""
+    from safetensors.torch import load_file, save_file
+
+    ckpt = tmp_path / "constant-cls"
+    shutil.copytree(pretrained, ckpt)
+    weights = load_file(ckpt / "model.safetensors")
+    for name in weights:
+        if ".attention.output." in name:
+            weights[name] = torch.zeros_like(weights[name])
+    save_file(weights, ckpt / "model.safetensors")
+    pre, _ = load_pretraining_checkpoint(ckpt)
+    ids = torch.tensor([[CLS_ID, 7, 8, 9, SEP_ID], [CLS_ID, 11, 12, 13, SEP_ID]])
+    with torch.no_grad():
+        cls = pre.bert(ids).last_hidden_state[:, 0]
+    torch.testing.assert_close(cls[0], cls[1])  # the same [CLS] state whatever the words
+
+    def write(path, n, seed):  # the score: how many of the sentence's words are "red" (0 to 3)
+        rng = random.Random(seed)
+        with open(path, "w") as f:
+            f.write("sentence\tscore\n")
+            for _ in range(n):
+                reds = rng.randint(0, 3)
+                words = [rng.choice(FILLER) for _ in range(rng.randint(3, 6))] + ["red"] * reds
+                rng.shuffle(words)
+                f.write(f"{' '.join(words)}\t{reds + rng.uniform(-0.2, 0.2):.3f}\n")
+        return path
+
+    train, dev = write(tmp_path / "train.tsv", 192, 0), write(tmp_path / "dev.tsv", 64, 1)
+    out = tmp_path / "run"
+    code, _, err = run_cli(capsys, "finetune", ckpt, "--train", train, "--dev", dev, "--task", "regression",
+                           "--text-col", "sentence", "--label-col", "score", "--out", out, *TUNE)  # fmt: skip
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["finetune"]["pooling"] == "mean"
+    assert summary["dev"]["pearson"] > 0.6, summary["dev"]  # 0.77 here; what the head reads varies

@@ -258,6 +258,11 @@ def test_the_table_has_every_metric_the_control_and_the_difference(table_run):
     )
     assert "**GLUE score** |" not in table  # five tasks are not the benchmark's score
     assert "Not run, their files missing" in table and "QQP (no folder)" in table
+    # the control is named for what it is: the checkpoint's config and start from random weights
+    config = json.loads((Path(report["checkpoint"]) / "config.json").read_text())["model"]
+    assert report["control"].startswith("the checkpoint's config from random weights")
+    assert ("roles attention" in report["control"]) == (config["attention_init"] == "roles")
+    assert f"- scratch, the control: {report['control']}" in table
     assert "SST-2 30 of 40" in table  # capped, and said so; CoLA (24, not a large task) is not
     notes = " ".join(table.split("**GLUE score")[1].split())
     assert "The submission is incomplete" in notes and "lacks QQP.tsv, QNLI.tsv, RTE.tsv, WNLI.tsv" in notes

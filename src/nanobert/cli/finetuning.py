@@ -140,7 +140,8 @@ def _add_finetune(sub) -> None:
     p.add_argument(
         "--from-scratch",
         action="store_true",
-        help="BERT's random init instead of the checkpoint's weights (same shape, tokenizer, budget)",
+        help="the control: the checkpoint's config from random weights (same shape, tokenizer, budget, and "
+        "its start, e.g. the recipes' roles attention) instead of its trained weights",
     )
     job_options(p, "replace a run already in --out")
 
@@ -241,7 +242,8 @@ def _add_glue(sub) -> None:
     p.add_argument(
         "--control",
         choices=["scratch"],
-        help="also fine-tune from the checkpoint's untrained start (finetune --from-scratch), same seeds",
+        help="also fine-tune the checkpoint's config from random weights, same seeds (finetune "
+        "--from-scratch): its own start, e.g. the recipes' roles attention, not BERT's plain noise",
     )
     p.add_argument(
         "--seeds",

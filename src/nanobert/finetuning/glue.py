@@ -26,7 +26,7 @@ from typing import Any
 
 from nanobert.checkpoints.checkpoint import load_finetuned, read_config
 from nanobert.checkpoints.kinds import KINDS, checkpoint_kind, wrong_kind
-from nanobert.config import FinetuneConfig
+from nanobert.config import FinetuneConfig, ModelConfig, config_from_dict
 from nanobert.data.labelled import load_split, read_texts
 from nanobert.data.tables import read_table
 from nanobert.device import autocast_dtype, resolve_device
@@ -44,7 +44,7 @@ from nanobert.finetuning.glue_options import (
 )
 from nanobert.finetuning.glue_report import build_report, write_report
 from nanobert.finetuning.glue_tasks import GlueTask, choose_tasks, server_files
-from nanobert.finetuning.task import default_epochs
+from nanobert.finetuning.task import control_start, default_epochs
 from nanobert.use.classifier import classify, split_outputs
 
 INITS = {"pretrained": False, "scratch": True}  # an init -> finetune's from_scratch
@@ -152,6 +152,11 @@ def check_seeds(seeds) -> tuple[int, ...]:
     return seeds
 
 
+def checkpoint_config(checkpoint: Path) -> ModelConfig:
+    """The model config a checkpoint's config.json holds (checked by `check_checkpoint` first)."""
+    return config_from_dict(ModelConfig, read_config(checkpoint)["model"])
+
+
 def check_checkpoint(checkpoint: Path) -> None:
     """A NanobertError unless `checkpoint` is one `finetune` takes (a pretrained language model)."""
     name = checkpoint_kind(read_config(checkpoint))
@@ -217,6 +222,7 @@ def report(job, found, skipped, results, stopped: int | None = None, final: bool
         "submission_needs": server_files(),
         "submission_missing": [name for name in server_files() if name not in present],
         "stopped_by_signal": stopped,
+        "control": control_start(checkpoint_config(job.checkpoint)) if "scratch" in job.inits else None,
     }
     built = build_report([f.task for f in found], job.inits, job.seeds, results, about)
     write_report(job.out, built)

@@ -206,6 +206,8 @@ def notes(report: dict) -> list[str]:
         )
         if report["submission_missing"]:
             lines.append(f"- {incomplete(report)} (submission/{NOTICE} says the same).")
+    if report.get("control"):
+        lines.append(f"- scratch, the control: {report['control']}; the seeds draw its weights.")
     minutes = sum(r["seconds"] for r in report["runs"]) / 60
     count = len(report["runs"])
     runs = f"{count} fine-tuning run{'s' if count != 1 else ''}"

@@ -49,17 +49,19 @@ def with_encoder(
 
     The head (and, from scratch, the encoder) is initialised from `seed`, so a pretrained run and its
     from-scratch control start from the same head. A head model without a pooler takes the encoder only.
-    The from-scratch control uses BERT's default position-table spread whatever pretraining used, and
-    the same dropout as the pretrained run, so the two differ only by the encoder's weights. With
-    `fresh_pooler` the pooler keeps its own init from `seed` rather than the checkpoint's weights.
+    The from-scratch control is the checkpoint's config from random weights (`control_start` says what
+    that start is: the recipes' roles attention is in it), at the default position-table spread whatever
+    pretraining used, and with the same dropout as the pretrained run, so the two differ only by the
+    encoder's weights. With `fresh_pooler` the pooler keeps its own init from `seed` rather than the
+    checkpoint's weights.
     """
     torch.manual_seed(seed)
     overrides: dict[str, float] = {}
     if dropout is not None:  # None: the pretrained config's own
         overrides.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
     if from_scratch:
-        # The control starts from BERT's own init: a position table scaled up for fast pretraining (the CPU
-        # preset's 3x) left small from-scratch fine-tuning runs at chance, which would flatter pretraining.
+        # The control's position table at the default spread: scaled up for fast pretraining (the CPU
+        # preset's 3x) it left small from-scratch fine-tuning runs at chance, which would flatter pretraining.
         overrides["position_embedding_scale"] = ModelConfig.position_embedding_scale  # the default, 1.0
     # Fine-tuning reads both ways, whatever the pretraining objective (a hybrid model's encoder too).
     config = dataclasses.replace(pretrained.config, is_decoder=False, **overrides)
@@ -67,6 +69,24 @@ def with_encoder(
     if not from_scratch:
         copy_encoder(pretrained, model, pooler=not fresh_pooler)
     return model
+
+
+def control_start(config: ModelConfig) -> str:
+    """What the from-scratch control (`finetune --from-scratch`, `glue --control scratch`) starts from, in
+    words: the checkpoint's config from random weights, which is BERT's normal(0.02) noise only where the
+    config asks for no other start."""
+    attention = {
+        "normal": "attention at BERT's normal(0.02) noise",
+        "mimetic": "mimetic attention (keys start as copies of the queries)",
+        "roles": "roles attention (half the heads start reading where a token is, half what it is)",
+    }[config.attention_init]
+    positions = (
+        "sinusoidal position rows" if config.position_embedding_init == "sinusoidal" else "position rows drawn"
+    )
+    return (
+        f"the checkpoint's config from random weights: {attention}, {positions} at the default spread "
+        f"({ModelConfig.position_embedding_scale:g})"
+    )
 
 
 def default_epochs(steps_per_epoch: int, cfg: FinetuneConfig) -> int:
@@ -361,6 +381,8 @@ def run_task(
     # the loop: epochs of shuffled batches, a dev evaluation after each, the best one saved
     job, plan, run, log = task.job(model, tokenizer, cfg, out_dir, extra, saved, device, quiet)
     log.say(f"nanobert: dropout {cfg.dropout:g} ({dropout_why})")
+    if from_scratch:
+        log.say(f"nanobert: the from-scratch control: {control_start(pretrained.config)}")
     if getattr(model.bert, "pooler", None) is not None and not from_scratch:
         has_one = getattr(pretrained.bert, "pooler", None) is not None  # a causal checkpoint has none
         source = "from the checkpoint" if has_one and not cfg.fresh_pooler else "fresh"
@@ -387,6 +409,7 @@ def run_task(
 
 __all__ = [
     "Task",
+    "control_start",
     "copy_encoder",
     "epoch_job",
     "record_test",
