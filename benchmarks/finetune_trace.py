@@ -15,8 +15,8 @@ hooks that record, every `--every` training steps up to `--trace-steps`:
     python benchmarks/finetune_trace.py RUN/best --glue ../shared/data/glue --task stsb --seeds 1 2 3 \
         --out trace-s2 [--set learning_rate=1e-4 ...]
 
-Writes OUT/seedN/ as finetune does (metrics.jsonl, summary.json, best/) and OUT/seedN-trace.jsonl, and prints one line
-per seed: the dev metric and the trace at a few steps.
+Writes OUT/seedN/ as finetune does (metrics.jsonl, summary.json, best/) and OUT/seedN-trace.jsonl, and prints
+one line per seed: the dev metric and the trace at a few steps.
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ class Tracer:
         model.register_forward_hook(self.on_model)
         model.classifier.register_forward_pre_hook(self.on_head)
         for name, p in model.named_parameters():
-            p.register_post_accumulate_grad_hook(lambda p, g=self.group(name): self.on_grad(g, p))
+            group = self.group(name)
+            p.register_post_accumulate_grad_hook(lambda p, g=group: self.on_grad(g, p))
 
     @staticmethod
     def group(name: str) -> str:
@@ -74,7 +75,8 @@ class Tracer:
         self.step += 1
         if not self.tracing():
             return
-        mask = args[2] if len(args) > 2 and args[2] is not None else torch.ones(out.last_hidden_state.shape[:2])
+        mask = args[2] if len(args) > 2 else None
+        mask = torch.ones(out.last_hidden_state.shape[:2]) if mask is None else mask
         h = out.last_hidden_state.detach().float()
         m = mask.to(h.dtype).unsqueeze(-1)
         meanpool = (h * m).sum(1) / m.sum(1)

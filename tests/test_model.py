@@ -193,9 +193,10 @@ def test_mimetic_attention_starts_with_keys_equal_to_queries_and_local_attention
 
 @pytest.mark.parametrize("heads,hidden", [(4, 32), (3, 30)])
 def test_keep_roles_keeps_the_match_rows_and_trains_the_rest(tiny_config, heads, hidden):
-    """keep_roles: after AdamW steps the "what" heads' query and key rows are still equal to each other (no
-    gradient; weight decay shrinks both alike) and the positions' and segments' "what" half is still zero,
-    while the "where" heads' rows and everything else have moved. With an odd head count the "what" heads
+    """keep_roles: after AdamW steps with weight decay on, the "what" heads' query and key rows are still
+    their start to the bit (no gradient, and put back after each step, so the decay does not shrink them),
+    the positions', segments', [CLS]'s and [MASK]'s "what" half is still zero, while the "where" heads' rows
+    and everything else have moved. With an odd head count the "what" heads
     are the last ceil(nh / 2), the rows roles_init gives the token rows' half (not rows H/2 .. H)."""
     cfg = dataclasses.replace(
         tiny_config, attention_init="roles", num_attention_heads=heads, hidden_size=hidden
@@ -209,9 +210,10 @@ def test_keep_roles_keeps_the_match_rows_and_trains_the_rest(tiny_config, heads,
     w0 = start["bert.layers.0.attention.qkv.weight"]
     assert w0[rows, :half].abs().max() == 0 and w0[rows, half:].abs().min() > 0  # "what": words only
     assert w0[: rows.start, half:].abs().max() == 0  # "where": positions only
-    keep_roles(model)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    keep_roles(model, optimizer)
     ids = torch.randint(5, cfg.vocab_size, (3, 11))
+    ids[:, 0], ids[:, 3] = CLS_ID, MASK_ID  # the blank rows are read, so they would get a gradient
     for _ in range(3):
         out = model(input_ids=ids, token_type_ids=(torch.arange(11) > 5).long().expand(3, -1))
         (out.prediction_logits.logsumexp(-1).mean() + out.seq_relationship_logits.pow(2).mean()).backward()
@@ -220,6 +222,10 @@ def test_keep_roles_keeps_the_match_rows_and_trains_the_rest(tiny_config, heads,
     emb = model.bert.embeddings
     assert emb.position_embeddings.weight[:, half:].abs().max() == 0
     assert emb.token_type_embeddings.weight[:, half:].abs().max() == 0
+    assert emb.word_embeddings.weight[[CLS_ID, MASK_ID], half:].abs().max() == 0
+    assert emb.word_embeddings.weight[[CLS_ID, MASK_ID], :half].ne(
+        start["bert.embeddings.word_embeddings.weight"][[CLS_ID, MASK_ID], :half]
+    ).any()  # their other half trains
     assert not torch.equal(
         emb.position_embeddings.weight[:, :half],
         start["bert.embeddings.position_embeddings.weight"][:, :half],
@@ -229,7 +235,7 @@ def test_keep_roles_keeps_the_match_rows_and_trains_the_rest(tiny_config, heads,
         w, b = layer.attention.qkv.weight, layer.attention.qkv.bias
         kept = start[f"bert.layers.{i}.attention.qkv.weight"]
         assert torch.equal(w[rows], w[key])  # the "what" query and key rows: no gradient
-        assert torch.allclose(w[rows], kept[rows], rtol=1e-3)  # only the decay's shrink
+        assert torch.equal(w[rows], kept[rows]) and torch.equal(w[key], kept[key])  # not even the decay
         assert torch.equal(b[rows], b[key])
         assert not torch.equal(
             w[: rows.start], w[H : key.start]
@@ -256,6 +262,10 @@ def test_roles_attention_gives_half_the_heads_positions_and_half_the_words(tiny_
     emb = model.bert.embeddings
     assert emb.position_embeddings.weight[:, half:].abs().max() == 0
     assert emb.token_type_embeddings.weight[:, half:].abs().max() == 0
+    assert emb.word_embeddings.weight[[CLS_ID, MASK_ID], half:].abs().max() == 0
+    assert emb.word_embeddings.weight[[CLS_ID, MASK_ID], :half].ne(
+        start["bert.embeddings.word_embeddings.weight"][[CLS_ID, MASK_ID], :half]
+    ).any()  # their other half trains
     assert emb.token_type_embeddings.weight[:, :half].abs().min() > 0
     head_dim = H // nh
     for layer in model.bert.layers:

@@ -197,6 +197,7 @@ def test_the_recipe_keeps_the_pair_by_default_and_another_start_steps_aside(tmp_
     assert code == 0 and "keep_roles=false" in err and "the pair is kept" not in err
     code, _, err = run("asked", "attention_init=mimetic", "keep_roles=true")
     assert code == 2 and "keep_roles needs the roles start" in err and "Traceback" not in err
+    assert not (tmp_path / "asked").exists()  # refused before any work: no folder, no tokenizer
 
 
 def test_the_log_says_when_next_sentence_is_not_learned_yet():

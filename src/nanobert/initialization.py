@@ -12,9 +12,10 @@ a `ModelConfig` field that defaults to BERT's own choice:
   half what it is (`what_heads`), so a word attends to its copy in the other sentence from step 0.
 
 `keep_roles` is the constraint: while pretraining, the "what" heads' query and key rows and the "what" half
-of the position and segment rows get no gradient, so masked-word prediction cannot erode that match
-(`TrainConfig.keep_roles`, on in the recipes). Each choice's evidence is a record under benchmarks/records/,
-named where the recipe sets it (`pretraining/recipes.py`).
+of the position, segment, [CLS] and [MASK] rows stay as they started (no gradient, no weight decay), so
+masked-word prediction cannot erode that match (`TrainConfig.keep_roles`, on in the recipes). Each
+choice's evidence is a record under benchmarks/records/, named where the recipe sets it
+(`pretraining/recipes.py`).
 """
 
 from __future__ import annotations
@@ -137,46 +138,75 @@ def init_starts(model: nn.Module) -> None:
         roles_init(bert.embeddings, bert.layers, config)
 
 
-def keep_roles(model: nn.Module) -> list:
-    """Pretrain with the roles start's word match kept: the "what" heads' query and key rows, and the "what"
-    half of the position and segment rows, get no gradient. Returns the gradient hooks' handles.
-
-    Why: masked-word prediction pays a head for attending to the word itself, and the positions give a word
-    and its copy different inputs, so without the constraint the "what" heads drift from "the same word in
-    the other sentence" to "this word" within a few thousand steps, and fine-tuning on sentence pairs then
-    does worse than from the untrained start. Everything else trains; weight decay still shrinks the kept
-    rows a little; fine-tuning trains them too (record 2026-12-04-pair-kept).
-    """
-    config, bert = model.config, model.bert
+def check_keep_roles(config: ModelConfig) -> None:
+    """A NanobertError unless `config` has the roles start keep_roles keeps (called before any work)."""
     if config.attention_init != "roles":
         raise NanobertError(
             f"keep_roles needs the roles start (attention_init 'roles'), not {config.attention_init!r}; "
             "set keep_roles=false or attention_init=roles"
         )
-    H, device = config.hidden_size, bert.embeddings.position_embeddings.weight.device
-    rows = what_rows(config)
-    what_qk = torch.zeros(3 * H, dtype=torch.bool, device=device)  # masks built once, not every backward
-    what_qk[rows] = True  # the "what" heads' query rows ...
-    what_qk[H + rows.start : H + rows.stop] = True  # ... and their key rows
-    what_half = torch.arange(H, device=device) >= H // 2  # the columns the "what" heads read
 
-    def no_grad(mask: torch.Tensor):
-        return lambda grad: grad.masked_fill(mask, 0.0)
 
+def kept_entries(model: nn.Module) -> list[tuple[nn.Parameter, tuple]]:
+    """What keep_roles holds, as (parameter, index) pairs: the "what" heads' query and key rows (weights and
+    biases) in every layer, the "what" half of the position and segment rows, and of the [CLS] and [MASK]
+    token rows, which the roles start leaves blank (`roles_init`)."""
+    config, bert = model.config, model.bert
+    H, rows, half = config.hidden_size, what_rows(config), slice(config.hidden_size // 2, None)
+    key_rows = slice(H + rows.start, H + rows.stop)
     emb = bert.embeddings
-    handles = [
-        table.weight.register_hook(no_grad(what_half))
-        for table in (emb.position_embeddings, emb.token_type_embeddings)
-    ]
+    entries = [(emb.position_embeddings.weight, (slice(None), half)),
+               (emb.token_type_embeddings.weight, (slice(None), half)),
+               (emb.word_embeddings.weight, ([CLS_ID, MASK_ID], half))]  # fmt: skip
     for layer in bert.layers:
-        handles.append(layer.attention.qkv.weight.register_hook(no_grad(what_qk[:, None])))
-        handles.append(layer.attention.qkv.bias.register_hook(no_grad(what_qk)))
+        qkv = layer.attention.qkv
+        entries += [
+            (qkv.weight, (rows,)),
+            (qkv.weight, (key_rows,)),
+            (qkv.bias, (rows,)),
+            (qkv.bias, (key_rows,)),
+        ]
+    return entries
+
+
+def keep_roles(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> list:
+    """Pretrain with the roles start's word match kept (`kept_entries`): those entries get no gradient, and,
+    given the `optimizer`, are put back as they were after each of its steps, so weight decay does not shrink
+    them either. Returns the hooks' handles.
+
+    Why: masked-word prediction pays a head for attending to the word itself, and the positions give a word
+    and its copy different inputs, so without the constraint the "what" heads drift from "the same word in
+    the other sentence" to "this word" within a few thousand steps, and fine-tuning on sentence pairs then
+    does worse than from the untrained start (record 2026-12-04-pair-kept). AdamW's decay alone shrank the
+    kept rows to 0.948 of their size over a 6,900-step continuation, softening the match the longer a run
+    trained; the [CLS] and [MASK] rows' blank half kept [MASK] from matching [MASK] only at the start. Every
+    other weight trains; fine-tuning trains these too.
+    """
+    check_keep_roles(model.config)
+    entries = kept_entries(model)
+    masks: dict[nn.Parameter, torch.Tensor] = {}
+    for param, index in entries:  # one mask per parameter, built once, not on every backward
+        mask = masks.setdefault(param, torch.zeros_like(param, dtype=torch.bool))
+        mask[index] = True
+    handles = [param.register_hook(lambda grad, mask=mask: grad.masked_fill(mask, 0.0))
+               for param, mask in masks.items()]  # fmt: skip
+    if optimizer is not None:
+        kept = [(param, index, param.detach()[index].clone()) for param, index in entries]
+
+        @torch.no_grad()
+        def put_back(*_) -> None:
+            for param, index, values in kept:
+                param[index] = values
+
+        handles.append(optimizer.register_step_post_hook(put_back))
     return handles
 
 
 __all__ = [
+    "check_keep_roles",
     "init_starts",
     "keep_roles",
+    "kept_entries",
     "mimetic_init",
     "roles_init",
     "sinusoidal_init",

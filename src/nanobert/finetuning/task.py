@@ -81,7 +81,9 @@ def control_start(config: ModelConfig) -> str:
         "roles": "roles attention (half the heads start reading where a token is, half what it is)",
     }[config.attention_init]
     positions = (
-        "sinusoidal position rows" if config.position_embedding_init == "sinusoidal" else "position rows drawn"
+        "sinusoidal position rows"
+        if config.position_embedding_init == "sinusoidal"
+        else "position rows drawn at random"
     )
     return (
         f"the checkpoint's config from random weights: {attention}, {positions} at the default spread "

@@ -324,7 +324,7 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
     plan = _plan(cfg, s.stream, stop_after)
     s.stream.set_progress(plan.progress(run.step, run.train_time))  # a resumed run's, before any prefetch
     if cfg.keep_roles:  # before compile and DDP wrap the model: the hooks ride along
-        keep_roles(model)
+        keep_roles(model, optimizer)
     train_model = torch.compile(model) if cfg.compile else model  # keep `model` unwrapped for saving
     if s.ctx.enabled:
         device_ids = [device.index] if device.type == "cuda" else None

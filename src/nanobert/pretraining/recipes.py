@@ -24,6 +24,7 @@ from typing import Any
 
 from nanobert.config import ModelConfig, TrainConfig
 from nanobert.errors import NanobertError
+from nanobert.initialization import check_keep_roles
 
 # Model shapes. Intermediate size is 4x hidden; names follow Google's small-BERT release where they overlap.
 MODEL_PRESETS: dict[str, dict[str, int]] = {
@@ -121,6 +122,8 @@ def build_configs(
     # The recipe keeps the pair only where the start has roles: another start steps aside, unless asked.
     if model_kw.get("attention_init") != "roles" and "keep_roles" not in (train_overrides or {}):
         train_kw.pop("keep_roles", None)
+    if train_kw.get("keep_roles"):  # refused here, before a tokenizer is trained or a folder touched
+        check_keep_roles(ModelConfig(**model_kw))
     # An explicit length replaces the preset's length rather than conflicting with it.
     if set(LENGTH_FIELDS) & set(train_overrides or {}):
         for name in LENGTH_FIELDS:
