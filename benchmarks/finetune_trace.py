@@ -180,27 +180,67 @@ def probe(checkpoint: str, folder: Path, task, train_rows: int = 4000) -> dict[s
     return result
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("checkpoint")
-    ap.add_argument("--glue", required=True, help="the GLUE data folder (glue_data layout)")
-    ap.add_argument("--task", default="stsb")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    ap.add_argument("--scratch", action="store_true", help="the from-scratch control instead")
-    ap.add_argument("--every", type=int, default=10)
-    ap.add_argument("--trace-steps", type=int, default=600)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="FinetuneConfig fields")
-    ap.add_argument("--probe", action="store_true", help="only the linear probe of the untouched encoder")
-    args = ap.parse_args()
-    task = GLUE_TASKS[args.task]
-    folder = Path(args.glue) / task.name
-    if args.probe:
-        result = probe(args.checkpoint, folder, task)
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"checkpoint": args.checkpoint, **result}, indent=1) + "\n")
-        print("  ".join(f"{k} {v:.3f}" for k, v in result.items()))
-        return
+def summarise(folders: list[str], upto: int = 600) -> list[dict]:
+    """One row per traced run in `folders` (OUT/seedN-trace.jsonl beside OUT/seedN/summary.json): the dev
+    metric, the last logged training loss, and over the traced steps up to `upto` the mean of what the head
+    reads (spread, saturation), of the [CLS] and mean-of-tokens spreads, of the predictions' spread, and of
+    each part's gradient norm, with the top layer's gradient over the bottom layer's; the head's weight norm
+    at the last traced step."""
+    rows = []
+    for folder in map(Path, folders):
+        for trace in sorted(folder.glob("seed*-trace.jsonl")):
+            seed = trace.name.removesuffix("-trace.jsonl")
+            if not (folder / seed / "summary.json").is_file():
+                continue  # still running
+            summary = json.loads((folder / seed / "summary.json").read_text())
+            records = [json.loads(line) for line in trace.read_text().splitlines()]
+            records = [r for r in records if r["step"] <= upto]
+            losses = [json.loads(line) for line in (folder / seed / "metrics.jsonl").read_text().splitlines()]
+            train = [r["loss"] for r in losses if r.get("split") == "train"]
+
+            def mean(key: str, records: list[dict] = records) -> float:
+                return sum(r.get(key, 0.0) for r in records) / len(records)
+
+            layers = sorted(k for k in records[0] if k.startswith("grad_layer"))
+            row = {
+                "run": folder.name,
+                "seed": int(seed.removeprefix("seed")),
+                "pooling": summary["finetune"].get("pooling") or "cls",  # traced before the choice: cls
+                "dev": summary["dev"][summary["metric"]],
+                "last_train_loss": train[-1],
+                "pooled_spread": mean("pooled_spread"),
+                "pooled_saturated": mean("pooled_saturated"),
+                "cls_spread": mean("cls_spread"),
+                "meanpool_spread": mean("meanpool_spread"),
+                "prediction_spread": mean("prediction_spread"),
+                **{k: mean(k) for k in ("grad_embeddings", *layers, "grad_pooler", "grad_head")},
+                "top_over_bottom": mean(layers[-1]) / mean(layers[0]),
+                "head_weight": records[-1]["head_weight"],
+            }
+            rows.append(row)
+    return rows
+
+
+def write_summary(folders: list[str], path: str) -> None:
+    """`summarise(folders)` as a CSV at `path`, and a line per run."""
+    import csv
+
+    rows = summarise(folders)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, list(rows[0]))
+        writer.writeheader()
+        writer.writerows({k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()} for r in rows)
+    for r in rows:
+        print(
+            f"{r['run']:28s} seed {r['seed']} {r['pooling']:4s} dev {r['dev']:.3f} "
+            f"loss {r['last_train_loss']:.2f} reads {r['pooled_spread']:.3f} cls {r['cls_spread']:.3f} "
+            f"mean {r['meanpool_spread']:.3f} top/bottom {r['top_over_bottom']:.2f} "
+            f"emb {r['grad_embeddings']:.2f} head {r['head_weight']:.3f}"
+        )
+
+
+def trace_seeds(args, task, folder: Path) -> None:
+    """The traced runs of `args.seeds`, a line each: the dev metric and the trace at a few steps."""
     files = {"train": folder / "train.tsv", "dev": folder / "dev.tsv", "test": None}
     types = {f.name: f.type for f in dataclasses.fields(FinetuneConfig)}
     sets = dict(pair.split("=", 1) for pair in args.set)
@@ -223,6 +263,33 @@ def main() -> None:
         )
         print(f"seed {seed}: dev {summary['metric']} {summary['dev'][summary['metric']]:.4f}  {cells}",
               flush=True)  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("checkpoint", nargs="?")
+    ap.add_argument("--glue", help="the GLUE data folder (glue_data layout)")
+    ap.add_argument("--task", default="stsb")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--scratch", action="store_true", help="the from-scratch control instead")
+    ap.add_argument("--every", type=int, default=10)
+    ap.add_argument("--trace-steps", type=int, default=600)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="FinetuneConfig fields")
+    ap.add_argument("--probe", action="store_true", help="only the linear probe of the untouched encoder")
+    ap.add_argument("--summarise", nargs="+", metavar="DIR", help="only a table of earlier traces' --out")
+    args = ap.parse_args()
+    if args.summarise:
+        return write_summary(args.summarise, args.out)
+    task = GLUE_TASKS[args.task]
+    folder = Path(args.glue) / task.name
+    if args.probe:
+        result = probe(args.checkpoint, folder, task)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"checkpoint": args.checkpoint, **result}, indent=1) + "\n")
+        print("  ".join(f"{k} {v:.3f}" for k, v in result.items()))
+        return
+    trace_seeds(args, task, folder)
 
 
 if __name__ == "__main__":

@@ -711,3 +711,36 @@ def test_the_guide_says_what_a_new_user_needs():
     )
     assert "`INCOMPLETE.txt`" in guide and "*GLUE score over N tasks*" in guide
     assert 'pip install "nanobert[hf]"' in guide
+
+
+def test_the_submission_holds_only_what_the_note_names(pretrained, glue_data, tmp_path, capsys):
+    """Calls into one folder with other tasks, another checkpoint and another first seed: submission/ keeps
+    only the files written by this call's checkpoint and first seed, each tied to its run's result in
+    submission-sources.json; the others are removed, so the note and the files never part ways."""
+    from nanobert.finetuning.glue_submission import SOURCES
+
+    second = train_tiny_checkpoint(tmp_path / "second", steps=4)
+    out = tmp_path / "glue"
+
+    def call(checkpoint, *argv):
+        code, _, err = run_cli(capsys, "glue", checkpoint, "--data", glue_data, "--out", out, *argv, *QUICK)
+        assert code == 0, err
+        sources = json.loads((out / SOURCES).read_text())
+        files = sorted(p.name for p in (out / "submission").glob("*.tsv"))
+        assert sorted(sources) == files
+        return files, sources, (out / "glue.md").read_text()
+
+    files, sources, _ = call(pretrained, "--tasks", "cola", "mrpc", "--seeds", "1")
+    assert files == ["CoLA.tsv", "MRPC.tsv"] and sources["CoLA.tsv"]["result"].startswith(
+        "cola/pretrained-seed1/"
+    )
+    files, sources, table = call(
+        second, "--tasks", "stsb", "--seeds", "1", "--overwrite"
+    )  # another checkpoint
+    assert files == ["STS-B.tsv"] and "(seed 1, pretrained): submission/ (STS-B.tsv)" in table
+    files, sources, table = call(second, "--tasks", "cola", "--seeds", "1")  # the same one, another task
+    assert files == ["CoLA.tsv", "STS-B.tsv"]
+    assert "submission/ (CoLA.tsv, STS-B.tsv)" in table
+    files, sources, table = call(second, "--tasks", "cola", "--seeds", "2")  # another first seed
+    assert files == ["CoLA.tsv"] and sources["CoLA.tsv"]["result"].startswith("cola/pretrained-seed2/")
+    assert "(seed 2, pretrained): submission/ (CoLA.tsv)" in table

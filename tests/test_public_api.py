@@ -67,12 +67,13 @@ COMMANDS = {
         "--dropout --encoding --epochs --format --fresh-pooler --from-scratch --label-col "
         "--layer-lr-decay --learning-rate --max-answer-length --max-query-length --max-seq-len "
         "--max-train-examples --metric --no-fresh-pooler --no-symmetric-pairs --null-score-threshold "
-        "--out --overwrite --precision --quiet --seed --symmetric-pairs --task --test --text-col "
+        "--out --overwrite --pooling --precision --quiet --seed --symmetric-pairs --task --test --text-col "
         "--text-pair-col --train --warmup-ratio --weight-decay checkpoint"
     ),
     "glue": (
         "--batch-size --control --data --device --dropout --epochs --fresh-pooler --layer-lr-decay "
-        "--learning-rate --max-seq-len --max-train-examples --no-fresh-pooler --out --overwrite --precision "
+        "--learning-rate --max-seq-len --max-train-examples --no-fresh-pooler --out --overwrite --pooling "
+        "--precision "
         "--quiet --seeds --tasks --warmup-ratio --weight-decay checkpoint"
     ),
     "predict": (

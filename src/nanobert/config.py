@@ -333,12 +333,10 @@ class FinetuneConfig:
     # sentence-pair regression, off otherwise: STS-B rose on every fine-tuning seed (record
     # 2026-11-27-sts-b-pairs-both-ways).
     symmetric_pairs: bool | None = None
-    # What the pooler (and so the head) reads: "cls", BERT's [CLS] final state, or "mean", the mean of every
-    # token's final state, padding left out (ModernBERT's `classifier_pooling`). None: the task's default
-    # (`Task.pooling`): mean. On [CLS], one STS-B seed in five from a 2,500-step checkpoint fit its training
-    # pairs without learning the task (dev Pearson 0.27 against 0.79); every seed's gradient reaches the top
-    # layer only through [CLS]'s one query, and that seed's top layer hardly moved. The mean is read at every
-    # token, where the pair's word match is (record 2026-12-06-fine-tuning-that-never-stalls).
+    # What the pooler (so the head) reads: "cls", BERT's [CLS] final state, or "mean", every token's final
+    # state averaged, padding left out (ModernBERT's `classifier_pooling`). None: the task's default, mean: on
+    # [CLS] one STS-B seed in five fit its training pairs without learning the task, its top layer hardly
+    # moving (record 2026-12-06-fine-tuning-that-never-stalls; `Task.pooling`).
     pooling: str | None = None
     adam_eps: float = 1e-6  # BERT's value
     grad_clip: float = 1.0

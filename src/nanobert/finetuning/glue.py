@@ -27,8 +27,7 @@ from typing import Any
 from nanobert.checkpoints.checkpoint import load_finetuned, read_config
 from nanobert.checkpoints.kinds import KINDS, checkpoint_kind, wrong_kind
 from nanobert.config import FinetuneConfig, ModelConfig, config_from_dict
-from nanobert.data.labelled import load_split, read_texts
-from nanobert.data.tables import read_table
+from nanobert.data.labelled import load_split
 from nanobert.device import autocast_dtype, resolve_device
 from nanobert.errors import NanobertError
 from nanobert.files import atomic_file, check_room
@@ -43,13 +42,14 @@ from nanobert.finetuning.glue_options import (
     upgraded,
 )
 from nanobert.finetuning.glue_report import build_report, write_report
-from nanobert.finetuning.glue_tasks import GlueTask, choose_tasks, server_files
+from nanobert.finetuning.glue_submission import current_files, write_predictions
+from nanobert.finetuning.glue_tasks import GLUE_TASKS, GlueTask, choose_tasks, server_files
 from nanobert.finetuning.task import control_start, default_epochs
-from nanobert.use.classifier import classify, split_outputs
+from nanobert.use.classifier import split_outputs
 
 INITS = {"pretrained": False, "scratch": True}  # an init -> finetune's from_scratch
 CONTROLS = ("scratch",)  # what --control may ask for besides the pretrained start
-RESULT_NAME, SUBMISSION = "glue-result.json", "submission"
+RESULT_NAME = "glue-result.json"
 
 
 @dataclass(frozen=True)
@@ -203,14 +203,16 @@ def run_tasks(job: GlueJob, found: list[TaskFiles], skipped: dict[str, str]) -> 
                     return report(job, found, skipped, results, stopped=result)
             results.append(result)
             job.say(clock.line(run, result, kept[run] is not None))
-        write_predictions(files, job)
+        first = Run(files.task, "pretrained", job.seeds[0]).folder(job.out) / RESULT_NAME
+        if first.is_file():
+            write_predictions(files, first, job.out, job.cfg.device, job.cfg.eval_batch_size)
         report(job, found, skipped, results)
     return report(job, found, skipped, results, final=True)
 
 
 def report(job, found, skipped, results, stopped: int | None = None, final: bool = False) -> dict[str, Any]:
     """The report of the runs so far, written to OUT (the picture only once a task is done)."""
-    present = sorted(p.name for p in (job.out / SUBMISSION).glob("*.tsv"))
+    present = current_files(job.out, lambda result: belongs(result, job))
     about = {
         "checkpoint": str(job.checkpoint),
         "data": job.options["data"],
@@ -297,32 +299,15 @@ def dev_scores(run: Run, files: TaskFiles, folder: Path, summary: dict, job: Glu
     return {key: scores[key] for key in task.keys()}
 
 
-def write_predictions(files: TaskFiles, job: GlueJob) -> None:
-    """The test files labelled by the first seed's pretrained model, as the GLUE server takes them
-    (OUT/submission/TASK.tsv: index and prediction; the MNLI model's also AX.tsv, the diagnostic set, and
-    STS-B's scores within the server's range); kept while newer than that model's result. A test file
-    that is missing writes nothing (the report's notice names what the server still needs)."""
-    task = files.task
-    result = Run(task, "pretrained", job.seeds[0]).folder(job.out) / RESULT_NAME
-    loaded = None
-    for file, path in zip(task.tests, files.tests, strict=True):
-        target = job.out / SUBMISSION / task.server_name(file)
-        if path is None or not result.is_file():
-            continue
-        if target.is_file() and target.stat().st_mtime_ns >= result.stat().st_mtime_ns:
-            continue
-        loaded = loaded or load_finetuned(result.parent, resolve_device(job.cfg.device))
-        model, tokenizer, config = loaded
-        text, pair, index = task.test
-        table = read_table(path, "tsv")
-        pairs = read_texts(table, pair) if pair is not None else None
-        outputs = classify(model, tokenizer, config, read_texts(table, text), pairs, job.cfg.eval_batch_size)
-        lines = [
-            f"{i}\t{task.prediction(o, config['labels'])}\n"
-            for i, o in zip(table.column(index), outputs, strict=True)
-        ]
-        with atomic_file(target, "w", encoding="utf-8") as f:
-            f.writelines(["index\tprediction\n", *lines])
+def belongs(result: Path, job: GlueJob) -> bool:
+    """Whether a run's result is the one this call labels the test files with: the first seed's pretrained
+    run of its task, made with this call's checkpoint and options."""
+    try:
+        task = GLUE_TASKS[json.loads(result.read_text())["task"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    run = Run(task, "pretrained", job.seeds[0])
+    return result == run.folder(job.out) / RESULT_NAME and kept_result(run, job) is not None
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -331,15 +331,37 @@ class Task:
 
 
 def _task_default(
-    cfg: FinetuneConfig, field: str, choose: Callable, given: str
-) -> tuple[FinetuneConfig, str]:
+    cfg: FinetuneConfig, field: str, choose: Callable, given: str, whys: dict[str, str]
+) -> tuple[FinetuneConfig, dict[str, str]]:
     """`cfg` with `field` set to the task's measured default (`choose()` gives the value and why) when
-    the user left it None, so summary.json records the value used; and why it has that value (`given`
-    when the user set it)."""
+    the user left it None, so summary.json records the value used; and `whys` with why it has that value
+    (`given` when the user set it)."""
     if getattr(cfg, field) is not None:
-        return cfg, given
+        return cfg, {**whys, field: given}
     value, why = choose()
-    return dataclasses.replace(cfg, **{field: value}), why
+    return dataclasses.replace(cfg, **{field: value}), {**whys, field: why}
+
+
+def say_choices(
+    log: RunLog, cfg: FinetuneConfig, whys: dict[str, str], model, pretrained, from_scratch
+) -> None:
+    """The log's lines on what the run chose and why: dropout, the control's start, the pooler and what it
+    reads, the pairs' order."""
+    log.say(f"nanobert: dropout {cfg.dropout:g} ({whys['dropout']})")
+    if from_scratch:
+        log.say(f"nanobert: the from-scratch control: {control_start(pretrained.config)}")
+    if getattr(model.bert, "pooler", None) is not None and not from_scratch:
+        has_one = getattr(pretrained.bert, "pooler", None) is not None  # a causal checkpoint has none
+        source = "from the checkpoint" if has_one and not cfg.fresh_pooler else "fresh"
+        log.say(
+            f"nanobert: pooler {source} ({whys['fresh_pooler'] if has_one else 'the checkpoint has none'})"
+        )
+    if cfg.pooling is not None:
+        read = "the mean of every token's final state" if cfg.pooling == "mean" else "the [CLS] final state"
+        log.say(f"nanobert: the pooler reads {read} ({whys['pooling']})")
+    if cfg.symmetric_pairs:
+        why = whys["symmetric_pairs"]
+        log.say(f"nanobert: pairs read both ways, A-B and B-A, in training and scoring ({why})")
 
 
 def run_task(
@@ -367,12 +389,12 @@ def run_task(
         raise NanobertError("--adapt-epochs re-runs BERT's masked-LM and NSP heads; this checkpoint has none")
     tokenizer = checkpoint_tokenizer(checkpoint, pretrained, saved)
     # before loading: it decides the training rows
-    cfg, symmetric_why = _task_default(cfg, "symmetric_pairs", task.symmetric_pairs, "--symmetric-pairs")
+    cfg, whys = _task_default(cfg, "symmetric_pairs", task.symmetric_pairs, "--symmetric-pairs", {})
     task.load(files, tokenizer, cfg, pretrained)
-    cfg, dropout_why = _task_default(cfg, "dropout", lambda: task.dropout(pretrained.config), "--dropout")
+    cfg, whys = _task_default(cfg, "dropout", lambda: task.dropout(pretrained.config), "--dropout", whys)
     given = "--fresh-pooler" if cfg.fresh_pooler else "--no-fresh-pooler"
-    cfg, pooler_why = _task_default(cfg, "fresh_pooler", task.fresh_pooler, given)
-    cfg, pooling_why = _task_default(cfg, "pooling", task.pooling, f"--pooling {cfg.pooling}")
+    cfg, whys = _task_default(cfg, "fresh_pooler", task.fresh_pooler, given, whys)
+    cfg, whys = _task_default(cfg, "pooling", task.pooling, f"--pooling {cfg.pooling}", whys)
     if cfg.epochs is None:
         steps_per_epoch = math.ceil(task.train_rows() / cfg.batch_size)
         cfg = dataclasses.replace(cfg, epochs=default_epochs(steps_per_epoch, cfg))
@@ -382,18 +404,7 @@ def run_task(
     extra = task.extra(checkpoint, cfg, from_scratch)
     # the loop: epochs of shuffled batches, a dev evaluation after each, the best one saved
     job, plan, run, log = task.job(model, tokenizer, cfg, out_dir, extra, saved, device, quiet)
-    log.say(f"nanobert: dropout {cfg.dropout:g} ({dropout_why})")
-    if from_scratch:
-        log.say(f"nanobert: the from-scratch control: {control_start(pretrained.config)}")
-    if getattr(model.bert, "pooler", None) is not None and not from_scratch:
-        has_one = getattr(pretrained.bert, "pooler", None) is not None  # a causal checkpoint has none
-        source = "from the checkpoint" if has_one and not cfg.fresh_pooler else "fresh"
-        log.say(f"nanobert: pooler {source} ({pooler_why if has_one else 'the checkpoint has none'})")
-    if cfg.pooling is not None:
-        read = "the mean of every token's final state" if cfg.pooling == "mean" else "the [CLS] final state"
-        log.say(f"nanobert: the pooler reads {read} ({pooling_why})")
-    if cfg.symmetric_pairs:
-        log.say(f"nanobert: pairs read both ways, A-B and B-A, in training and scoring ({symmetric_why})")
+    say_choices(log, cfg, whys, model, pretrained, from_scratch)
     outcome = fit(job, plan, run, log)
     task.after_fit(model, out_dir)
     # the best epoch on the test file, if one was given
