@@ -74,7 +74,7 @@ def test_evaluate_checkpoint_on_another_split_and_its_errors(tmp_path):
 def test_causal_metrics_are_per_predicted_token(tiny_config):
     import dataclasses
 
-    from nanobert.model import BertLMHeadModel
+    from nanobert.causal_model import BertLMHeadModel
     from nanobert.objectives.evaluate import prepare_causal_eval_batches
 
     torch.manual_seed(0)

@@ -18,6 +18,7 @@ import torch
 from helpers import TINY_SET, train_tiny_checkpoint, write_corpus
 
 import nanobert
+from nanobert.causal_model import BertLMHeadModel
 from nanobert.checkpoints.checkpoint import (
     load_language_model,
     load_pretraining_checkpoint,
@@ -25,7 +26,7 @@ from nanobert.checkpoints.checkpoint import (
 )
 from nanobert.cli import main
 from nanobert.errors import NanobertError
-from nanobert.model import BertForPreTraining, BertLMHeadModel
+from nanobert.model import BertForPreTraining
 
 
 @pytest.fixture

@@ -9,11 +9,11 @@ import pytest
 import torch
 from helpers import TINY_MODEL, TINY_SET, write_corpus
 
+from nanobert.causal_model import BertForHybridLM
 from nanobert.cli import main
 from nanobert.config import ModelConfig, TrainConfig
 from nanobert.data.masking import MaskingCollator
 from nanobert.errors import NanobertError
-from nanobert.model import BertForHybridLM
 from nanobert.objectives.hybrid import HybridCollator, hybrid_held_out, hybrid_loss, shift_labels
 from nanobert.objectives.registry import OBJECTIVES
 from nanobert.tokenizer import CLS_ID, IGNORE_INDEX, MASK_ID, NUM_SPECIAL_TOKENS

@@ -43,6 +43,7 @@ ROLES = [
     "fast",  # speed-only stand-ins the model imports by name
     "initialization",  # how the weights start beyond BERT's init, and keep_roles
     "model",  # the paper in one file
+    "causal_model",  # GPT's next word and GPT-BERT's hybrid on the same stack
     "reference",  # the same forward pass in NumPy
     "checkpoints",  # checkpoint directories, their kinds, loading; a run's records read back
     "objectives",  # one record per pretraining objective, and evaluation by objective
@@ -57,6 +58,7 @@ ROLES = [
 ]
 TOP_FILES = {
     "model",
+    "causal_model",
     "initialization",
     "config",
     "tokenizer",

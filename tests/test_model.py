@@ -435,11 +435,11 @@ def causal_config(tiny_config, **kw):
 def test_a_causal_position_never_sees_a_later_token(tiny_config, pre_layer_norm, model_class):
     """Changing tokens after position t changes no output at t; the same probe catches a bidirectional one.
     The hybrid model reads causally unless a call asks otherwise (its next-word batches: test_hybrid.py)."""
-    import nanobert.model
+    import nanobert.causal_model
 
     torch.manual_seed(0)
     config = causal_config(tiny_config, pre_layer_norm=pre_layer_norm)
-    causal = getattr(nanobert.model, model_class)(config).eval()
+    causal = getattr(nanobert.causal_model, model_class)(config).eval()
     ids = torch.randint(5, 99, (2, 13))
     later = ids.clone()
     later[:, 8:] = torch.randint(5, 99, (2, 5))
@@ -463,7 +463,7 @@ def test_a_causal_position_never_sees_a_later_token(tiny_config, pre_layer_norm,
 
 
 def test_the_target_at_position_t_is_the_token_at_t_plus_1(tiny_config):
-    from nanobert.model import BertLMHeadModel
+    from nanobert.causal_model import BertLMHeadModel
 
     torch.manual_seed(0)
     model = BertLMHeadModel(causal_config(tiny_config)).eval()
@@ -488,7 +488,7 @@ def test_the_target_at_position_t_is_the_token_at_t_plus_1(tiny_config):
 def test_return_logits_false_trains_the_same(tiny_config, causal):
     """Training asks for the loss only; the model then skips the logits but computes the same loss and
     gradients (fp32)."""
-    from nanobert.model import BertLMHeadModel
+    from nanobert.causal_model import BertLMHeadModel
 
     config = dataclasses.replace(tiny_config, is_decoder=causal)
     torch.manual_seed(0)

@@ -73,7 +73,7 @@ def test_not_a_checkpoint(tmp_path):
 @pytest.mark.parametrize("pre_layer_norm", [False, True], ids=["post-LN", "pre-LN"])
 def test_the_causal_mask_matches_torch(tmp_path, pre_layer_norm):
     """The reference takes the causal mask too: BertLMHeadModel's logits and its triangular attention."""
-    from nanobert.model import BertLMHeadModel
+    from nanobert.causal_model import BertLMHeadModel
 
     torch.manual_seed(2)
     model = BertLMHeadModel(ModelConfig(**TINY_MODEL, pre_layer_norm=pre_layer_norm, is_decoder=True)).eval()

@@ -42,7 +42,7 @@ _EXPORTS = {
     "ModelConfig": "nanobert.config",
     "BertModel": "nanobert.model",
     "BertForPreTraining": "nanobert.model",
-    "BertLMHeadModel": "nanobert.model",
+    "BertLMHeadModel": "nanobert.causal_model",
     "BertForSequenceClassification": "nanobert.model",
     # pretraining
     "TrainConfig": "nanobert.config",

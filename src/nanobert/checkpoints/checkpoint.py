@@ -19,6 +19,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from nanobert.causal_model import BertLMHeadModel
 from nanobert.checkpoints.kinds import (
     CAUSAL_LM,
     KINDS,
@@ -33,12 +34,7 @@ from nanobert.checkpoints.kinds import (
 from nanobert.config import ModelConfig, TrainConfig, config_from_dict, config_to_dict
 from nanobert.errors import NanobertError, raise_user_os_error
 from nanobert.files import recover, write_atomically
-from nanobert.model import (
-    BertForPreTraining,
-    BertForQuestionAnswering,
-    BertForSequenceClassification,
-    BertLMHeadModel,
-)
+from nanobert.model import BertForPreTraining, BertForQuestionAnswering, BertForSequenceClassification
 from nanobert.tokenizer import load_tokenizer, save_tokenizer
 
 FORMAT_VERSION = 1

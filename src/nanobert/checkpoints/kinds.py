@@ -13,14 +13,9 @@ from typing import Any
 
 import torch
 
+from nanobert.causal_model import BertForHybridLM, BertLMHeadModel
 from nanobert.errors import NanobertError
-from nanobert.model import (
-    BertForHybridLM,
-    BertForPreTraining,
-    BertForQuestionAnswering,
-    BertForSequenceClassification,
-    BertLMHeadModel,
-)
+from nanobert.model import BertForPreTraining, BertForQuestionAnswering, BertForSequenceClassification
 
 # The kinds of checkpoint, recorded in config.json.
 PRETRAINING = "pretraining"  # BertForPreTraining: MLM + NSP heads

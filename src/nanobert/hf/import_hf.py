@@ -17,6 +17,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
+from nanobert.causal_model import BertLMHeadModel
 from nanobert.checkpoints.checkpoint import (
     CONFIG_NAME,
     save_checkpoint,
@@ -31,7 +32,7 @@ from nanobert.hf.names import (
     from_hf_config,
     from_hf_state_dict,
 )
-from nanobert.model import BertForPreTraining, BertLMHeadModel
+from nanobert.model import BertForPreTraining
 from nanobert.tokenizer import CLS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS
 
 _HEAD_NAMES = {

@@ -10,13 +10,13 @@ from __future__ import annotations
 import torch
 from tokenizers import Tokenizer
 
+from nanobert.causal_model import BertLMHeadModel
 from nanobert.checkpoints.kinds import CAUSAL_LM
 from nanobert.config import ModelConfig, TrainConfig
 from nanobert.data.shards import causal_window_batches, check_causal_windows
 from nanobert.data.streams import causal_corpus_batches, check_causal_corpus
 from nanobert.data.windows import CausalCollator, causal_windows
 from nanobert.errors import NanobertError
-from nanobert.model import BertLMHeadModel
 from nanobert.objectives.held_out import Scored, perplexity, tallied
 from nanobert.objectives.objective import Objective, random_ids
 from nanobert.tokenizer import IGNORE_INDEX

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import torch
 
+from nanobert.causal_model import BertLMHeadModel
 from nanobert.checkpoints.checkpoint import checkpoint_tokenizer, load_language_model, load_train_config
 from nanobert.checkpoints.kinds import checkpoint_kind
 from nanobert.config import config_from_dict
 from nanobert.data.sources import DataSources
 from nanobert.device import autocast_dtype, evaluating, resolve_device
 from nanobert.errors import NanobertError
-from nanobert.model import BertForPreTraining, BertLMHeadModel
+from nanobert.model import BertForPreTraining
 from nanobert.objectives.causal import CAUSAL_METRIC_KEYS, prepare_causal_eval_batches
 from nanobert.objectives.held_out import EVAL_MASK_PROB
 from nanobert.objectives.mlm_nsp import METRIC_KEYS, eval_instances, prepare_eval_batches

@@ -10,7 +10,7 @@ token at t + 1 where that position was masked. Batches are one or the other, dra
 Both kinds cut the corpus as the causal objective does (`[CLS]` and a window of the running text, [SEP]
 after each document); there is no next-sentence task. The held-out batches are both kinds too, masked at
 the standard 15% with the evaluation seed, so `evaluate` prints the masked and the next-word figures, and
-best/ is chosen on their summed losses. `BertForHybridLM` (model.py) is the model; `HYBRID`, at the end, the
+best/ is chosen on their summed losses. `BertForHybridLM` (causal_model.py) is the model; `HYBRID`, at the end, the
 record that registers all this.
 """
 
@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
+from nanobert.causal_model import BertForHybridLM
 from nanobert.checkpoints.kinds import HYBRID_LM
 from nanobert.config import TrainConfig
 from nanobert.data.masking import MaskingCollator
@@ -30,7 +31,6 @@ from nanobert.data.shards import causal_window_batches, check_causal_windows
 from nanobert.data.streams import causal_corpus_batches, check_causal_corpus
 from nanobert.data.windows import CausalCollator, causal_windows
 from nanobert.errors import NanobertError
-from nanobert.model import BertForHybridLM
 from nanobert.objectives.causal import any_segments
 from nanobert.objectives.held_out import EVAL_MASK_PROB, Scored, perplexity, tallied
 from nanobert.objectives.mlm_nsp import masking_collator

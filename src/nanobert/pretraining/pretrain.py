@@ -34,6 +34,7 @@ import torch
 from tokenizers import Tokenizer
 from torch.nn.parallel import DistributedDataParallel
 
+from nanobert.causal_model import BertLMHeadModel
 from nanobert.checkpoints.checkpoint import (
     checkpoint_tokenizer,
     load_language_model,
@@ -63,7 +64,7 @@ from nanobert.engine.run_log import (
 from nanobert.engine.run_state import RunState, restore_rng
 from nanobert.errors import NanobertError
 from nanobert.initialization import keep_roles
-from nanobert.model import BertForPreTraining, BertLMHeadModel
+from nanobert.model import BertForPreTraining
 from nanobert.objectives.mlm_nsp import nsp_not_learned
 from nanobert.objectives.registry import OBJECTIVES, Objective, objective_of
 from nanobert.pretraining.longer import longer_command, longer_note

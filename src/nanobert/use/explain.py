@@ -16,8 +16,9 @@ from typing import Any, Protocol
 
 import torch
 
+from nanobert.causal_model import BertLMHeadModel
 from nanobert.errors import NanobertError
-from nanobert.model import BertForPreTraining, BertLMHeadModel
+from nanobert.model import BertForPreTraining
 from nanobert.tokenizer import MASK_ID, NUM_SPECIAL_TOKENS
 
 DIGITS = 3  # values are rounded to this many decimals for reading

@@ -26,13 +26,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from nanobert.causal_model import BertLMHeadModel
 from nanobert.checkpoints.checkpoint import checkpoint_tokenizer, load_language_model
 from nanobert.checkpoints.kinds import KINDS, kind_of_model
 from nanobert.data.corpus import check_text_file, utf8_lines
 from nanobert.device import resolve_device
 from nanobert.errors import NanobertError
 from nanobert.files import atomic_file, check_output_file
-from nanobert.model import BertForPreTraining, BertLMHeadModel
+from nanobert.model import BertForPreTraining
 from nanobert.tokenizer import (
     CHARS_PER_POSITION,
     CLS_ID,

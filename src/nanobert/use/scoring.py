@@ -27,9 +27,10 @@ from dataclasses import dataclass
 
 import torch
 
+from nanobert.causal_model import BertLMHeadModel
 from nanobert.device import choose_precision
 from nanobert.errors import NanobertError
-from nanobert.model import BertForPreTraining, BertLMHeadModel
+from nanobert.model import BertForPreTraining
 from nanobert.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID
 
 RULE_WITHIN_WORD = "within_word"  # PLL with the later pieces of the word masked too (Kauf & Ivanova 2023)
