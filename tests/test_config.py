@@ -168,3 +168,21 @@ def test_the_toy_corpus_holds_the_peak_rate_except_for_the_hybrid():
     assert train.decay_ratio == 0.5  # what the user sets wins
     _, train, _, _ = new_run_configs(None, None, "cpu", {}, {"objective": "hybrid"})
     assert train.decay_ratio == 0.3  # the recipes hold it for every objective
+
+
+def test_train_config_comes_in_sections_by_purpose():
+    """TrainConfig's fields are SECTIONS' fields in SECTIONS' order, each section opened in the source by a
+    comment naming it, so a reader finds a setting by what it is for; every field keeps its --set name."""
+    import dataclasses
+    import inspect
+
+    from nanobert.config import SECTIONS, TrainConfig
+    from nanobert.config import train as train_module
+
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    assert names == [name for fields in SECTIONS.values() for name in fields]
+    source = inspect.getsource(train_module.TrainConfig).splitlines()
+    for section, fields in SECTIONS.items():
+        opening = next(i for i, line in enumerate(source) if line.strip().startswith(f"{fields[0]}:"))
+        above = [line.strip() for line in source[:opening] if line.strip().startswith("# ")]
+        assert any(line.startswith(f"# {section}") for line in above[-4:]), section

@@ -60,7 +60,6 @@ TOP_FILES = {
     "model",
     "causal_model",
     "initialization",
-    "config",
     "tokenizer",
     "reference",
     "fast",

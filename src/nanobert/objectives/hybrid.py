@@ -10,8 +10,8 @@ token at t + 1 where that position was masked. Batches are one or the other, dra
 Both kinds cut the corpus as the causal objective does (`[CLS]` and a window of the running text, [SEP]
 after each document); there is no next-sentence task. The held-out batches are both kinds too, masked at
 the standard 15% with the evaluation seed, so `evaluate` prints the masked and the next-word figures, and
-best/ is chosen on their summed losses. `BertForHybridLM` (causal_model.py) is the model; `HYBRID`, at the end, the
-record that registers all this.
+best/ is chosen on their summed losses. `BertForHybridLM` (causal_model.py) is the model; `HYBRID`, at the
+end, the record that registers all this.
 """
 
 from __future__ import annotations
