@@ -1,5 +1,6 @@
-"""Draw docs/step-curves.png: held-out MLM and NSP accuracy against the step, the CPU recipe before and after
-it left the frequent-words plateau, from the evaluations kept in benchmarks/records (no run is needed).
+"""Draw docs/step-curves.png: held-out MLM and NSP accuracy against the step, before the CPU recipe left the
+frequent-words plateau and today's recipe (its first run and 12,000 steps), from the evaluations kept in
+benchmarks/records (no run is needed).
 
     python docs/step_curves.py [--out docs/step-curves.png]
 
@@ -18,32 +19,35 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 RECORDS = Path(__file__).resolve().parents[1] / "benchmarks" / "records"
 
-# (label, record, the run's name in its dev-curves.jsonl, colour, line style)
+# (label, record, the run's name in its dev-curves.jsonl or a metrics.jsonl of the record, colour, style)
 CURVES = (
-    ("before: BERT's start and decay, 2,500 steps", "2026-11-29-plateau-screens", "base", "tab:gray", "--"),
+    ("before: BERT's start and decay", "2026-11-29-plateau-screens", "base", "tab:gray", "--"),
     (
-        "mimetic attention, BERT's decay, 2,500 steps",
-        "2026-11-29-plateau-screens",
-        "mimetic8",
-        "tab:blue",
-        ":",
-    ),
-    (
-        "the recipe (mimetic, hold then decay), 2,500 steps",
-        "2026-11-29-step-protocol",
-        "steps2500-s1",
+        "today's recipe: the first run (15 min, 2 AVX2 cores)",
+        "2026-12-05-pair-kept-by-default",
+        "first-run-s1337-metrics.jsonl",
         "tab:blue",
         "--",
     ),
-    ("the recipe, 6,000 steps", "2026-11-29-step-protocol", "steps6000-s1", "tab:blue", "-"),
+    (
+        "today's recipe, 12,000 steps",
+        "2026-12-05-an-hour-on-a-laptop",
+        "steps12000-metrics.jsonl",
+        "tab:blue",
+        "-",
+    ),
 )
 
 
 def evaluations(record: str, run: str) -> list[dict]:
-    """The held-out evaluations of `run` in `record`'s dev-curves.jsonl, in step order."""
-    path = RECORDS / record / "dev-curves.jsonl"
+    """The held-out evaluations of `run` in `record`: the rows of its dev-curves.jsonl that name it, or, for
+    a file name, that metrics.jsonl's held-out (`valid`) records; in step order."""
+    path = RECORDS / record / (run if run.endswith(".jsonl") else "dev-curves.jsonl")
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    picked = [r for r in rows if run in (r.get("screen"), r.get("run"))]
+    if run.endswith(".jsonl"):
+        picked = [r for r in rows if r.get("split") == "valid"]
+    else:
+        picked = [r for r in rows if run in (r.get("screen"), r.get("run"))]
     if not picked:
         raise SystemExit(f"step_curves.py: no run {run!r} in {path}")
     return sorted(picked, key=lambda r: r["step"])
@@ -64,7 +68,7 @@ def main() -> None:
     for ax in axes:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8, loc="lower right")
+    axes[1].legend(fontsize=8, loc="center left")
     fig.tight_layout()
     fig.savefig(args.out, dpi=100)
     print(f"step_curves.py: {args.out}")
