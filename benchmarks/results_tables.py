@@ -162,7 +162,7 @@ WHAT_YOU_GET = Table(
         Column("mlm_accuracy", "MLM accuracy", "dec3"),
         Column("nsp_accuracy", "NSP", "dec3"),
         Column("stsb", "STS-B", "dec3"),
-        Column("stsb_scratch", "STS-B from scratch", "dec3"),
+        Column("stsb_scratch", "STS-B, untrained start", "dec3"),
         Column("blimp", "BLiMP", "pct1"),
         Column("sst2", "SST-2", "dec3"),
     ),
