@@ -3,10 +3,11 @@
 The short path beside the engine: the pieces `nanobert pretrain` trains with (the WordPiece tokenizer, NSP
 pairs, the masking collator, BertForPreTraining, AdamW and its schedule) and none of its machinery (held-out
 evaluation, checkpoints, resume, data parallelism, the precision and depth choices). The defaults are the
-`toy` preset's, so this is `nanobert pretrain --data toy` in fp32: tests/test_pretrain_minimal.py holds its
-first 20 losses to the engine's.
+`toy` preset's, so this is `nanobert pretrain --data toy` in fp32 (which also stops once its held-out
+evaluation finds the corpus memorised): tests/test_pretrain_minimal.py holds its first 20 losses to the
+engine's.
 
-    python examples/pretrain_minimal.py                      # the toy corpus: 1,000 steps, under a minute
+    python examples/pretrain_minimal.py                      # the toy corpus: 2,000 steps, about a minute
     python examples/pretrain_minimal.py --data my_text.txt --steps 3000 --vocab-size 4000
 
 Read src/nanobert/model.py for the model, and src/nanobert/engine/loop.py for what the full loop adds.
@@ -41,9 +42,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=32)
     # NSP instance sets per epoch: the toy corpus gives only ~8 pairs a set
     p.add_argument("--dupe-factor", type=int, default=4)
-    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--warmup", type=float, default=0.05, help="share of the steps warming up")
+    p.add_argument("--warmup", type=float, default=0.025, help="share of the steps warming up")
     p.add_argument("--decay", type=float, default=0.3, help="share of the steps decaying, at the end")
     p.add_argument("--stop-after", type=int, help="end after this many steps, the schedule unchanged")
     p.add_argument("--log-every", type=int, default=50)

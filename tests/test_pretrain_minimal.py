@@ -32,7 +32,7 @@ def test_the_first_20_losses_are_the_engines(tmp_path, capsys):
     save_tokenizer(train_tokenizer((s for d in documents for s in d), 200, min_frequency=1), tokenizer)
     run = tmp_path / "engine"
     argv = ["pretrain", "--data", "toy", "--out", str(run), "--device", "cpu", "--quiet"]
-    # --stop-after keeps the full run's learning-rate schedule (1,000 steps, 50 warming up)
+    # --stop-after keeps the full run's learning-rate schedule (2,000 steps at most, 50 warming up)
     argv += ["--tokenizer", str(tokenizer), "--stop-after", "20", "--set", "precision=fp32", "log_interval=1"]
     assert cli(argv) == 0
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -77,6 +77,9 @@ class TrainConfig:
     log_interval: int = 20
     checkpoint_interval: int | None = None  # steps between resumable last/ saves; None: at every evaluation
     early_stopping_patience: int | None = None  # evaluations without a new best/ before stopping
+    # stop at the first evaluation that reaches this on every held-out accuracy (a corpus memorised); the toy
+    # demo's end, so that how many steps memorising takes on this machine is not left to its step count
+    stop_at_accuracy: float | None = None
     # a later evaluation takes best/ unless its selection metric (mlm_accuracy; lm_loss for causal) trails the
     # best so far by this much or more (0: only a new best); about one standard error of the held-out accuracy
     # keeps best/ from landing early on a plateau by noise alone
@@ -135,6 +138,11 @@ class TrainConfig:
                 "at least 1 (or None)",
             ),
             ("best_margin", 0.0 <= self.best_margin < 1.0, "in [0, 1)"),
+            (
+                "stop_at_accuracy",
+                self.stop_at_accuracy is None or 0.0 < self.stop_at_accuracy <= 1.0,
+                "in (0, 1], or None",
+            ),
             ("max_steps", self.max_steps is None or self.max_steps >= 1, "at least 1"),
             ("epochs", self.epochs is None or 0 < self.epochs < math.inf, "positive and finite"),
             (
@@ -187,7 +195,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "the size rules": ("shallow_below_passes", "min_planned_steps"),
     "evaluation and saving": (
         "eval_interval", "eval_batch_size", "eval_seed", "log_interval", "checkpoint_interval",
-        "early_stopping_patience", "best_margin",
+        "early_stopping_patience", "stop_at_accuracy", "best_margin",
     ),
     "the hardware": ("device", "precision", "compile"),
 }  # fmt: skip

@@ -59,6 +59,7 @@ class Plan:
     checkpoint_interval: int | None = None  # steps between resumable last/ saves; None: none mid-run
     stop_after: int | None = None  # end after this many total steps without changing the schedule
     early_stopping_patience: int | None = None
+    stop_at_accuracy: float | None = None  # stop once an evaluation reaches it on every accuracy (`reached`)
     resumable: bool = True  # checkpoints carry trainer state, and the run ends with a last/ checkpoint
     keep_pre_decay: bool = False  # a resumable PRE_DECAY checkpoint where a held peak gives way to the decay
 
@@ -199,6 +200,8 @@ def _train(loop: _Loop) -> tuple[str, bool]:
             patience = plan.early_stopping_patience
             if patience is not None and run.evals_since_best >= patience:
                 return f"early stopping: no better held-out {job.metric} in {patience} evals", False
+            if plan.stop_at_accuracy is not None and run.reached(plan.stop_at_accuracy):
+                return f"every held-out accuracy reached {plan.stop_at_accuracy:g}", False
         # a resumable last/ now and then (the end of the run writes one anyway)
         run.train_time = loop.elapsed()
         every = plan.checkpoint_interval

@@ -55,6 +55,12 @@ class RunState:
     def best(self) -> dict | None:
         return next((h for h in self.history if h["step"] == self.best_step), None)
 
+    def reached(self, accuracy: float) -> bool:
+        """Whether the last evaluation scored at least `accuracy` on every accuracy it reports (a corpus
+        memorised: the toy demo's end, `Plan.stop_at_accuracy`)."""
+        scores = [v for k, v in (self.history[-1] if self.history else {}).items() if k.endswith("accuracy")]
+        return bool(scores) and min(scores) >= accuracy
+
     def choose_best(
         self,
         metric: str,

@@ -307,6 +307,7 @@ def _plan(cfg: TrainConfig, stream: BatchStream, stop_after: int | None) -> Plan
         checkpoint_interval=cfg.checkpoint_interval or cfg.eval_interval,
         stop_after=stop_after,
         early_stopping_patience=cfg.early_stopping_patience,
+        stop_at_accuracy=cfg.stop_at_accuracy,
         keep_pre_decay=True,  # what a longer run continues from (`longer.py`)
     )
 
