@@ -119,6 +119,21 @@ PRESETS: dict[str, dict[str, Any]] = {
 TOY_NEXT_WORD = dict(max_steps=1000, warmup_ratio=0.05, stop_at_accuracy=None)
 
 
+def _toy_next_word(train_overrides: dict[str, Any]) -> None:
+    """The toy run of a next-word objective, in `train_overrides` where the user set nothing else. It never
+    reaches accuracy 1 (the next word is not always one word), so it keeps the fixed 1,000 steps it had
+    before the toy preset stopped once memorised (`TOY_NEXT_WORD`). The hybrid also keeps BERT's decay: with
+    the hold, its best/ (the lowest held-out loss, which memorising raises across the documents' ends) came
+    before the corpus was learnt (2026-11-29-toy-hold)."""
+    objective = train_overrides.get("objective", "mlm_nsp")
+    if objective == "hybrid":
+        train_overrides.setdefault("decay_ratio", 1.0)
+    if objective != "mlm_nsp":
+        for key, value in TOY_NEXT_WORD.items():
+            if key not in LENGTH_FIELDS or not set(LENGTH_FIELDS) & set(train_overrides):
+                train_overrides.setdefault(key, value)
+
+
 def build_configs(
     preset: str, model_overrides: dict[str, Any] | None = None, train_overrides: dict[str, Any] | None = None
 ) -> tuple[ModelConfig, TrainConfig]:
@@ -194,17 +209,8 @@ def new_run_configs(
     train_overrides = dict(train_overrides)
     if not preset and chosen != "toy" and not set(LENGTH_FIELDS) & set(train_overrides):
         train_overrides["time_budget"] = DEFAULT_BUDGET[device_type]
-    # The hybrid keeps BERT's decay on the toy corpus: with the hold, its best/ (the lowest held-out loss,
-    # which memorising raises across the documents' ends) came before the corpus was learnt
-    # (2026-11-29-toy-hold).
-    if chosen == "toy" and train_overrides.get("objective") == "hybrid":
-        train_overrides.setdefault("decay_ratio", 1.0)
-    # A next-word objective never reaches accuracy 1 (the next word is not always one word): its toy run keeps
-    # the 1,000 steps it had before the preset stopped once memorised.
-    if chosen == "toy" and train_overrides.get("objective", "mlm_nsp") != "mlm_nsp":
-        for key, value in TOY_NEXT_WORD.items():
-            if key not in LENGTH_FIELDS or not set(LENGTH_FIELDS) & set(train_overrides):
-                train_overrides.setdefault(key, value)
+    if chosen == "toy":
+        _toy_next_word(train_overrides)
     given = {*model_overrides, *train_overrides}
     if not preset and chosen == "wikitext2-cpu" and not {"num_hidden_layers", "shallow_below_passes"} & given:
         train_overrides["shallow_below_passes"] = DEPTH_PASSES
