@@ -108,6 +108,43 @@ def test_the_readme_answers_on_its_first_screen(build, records):
     assert "GPU" in first_screen and "not measured" in first_screen  # no GPU row without a measured figure
 
 
+def numbers_in(value) -> list[float]:
+    """Every number in a raw file's parsed content: JSON numbers, and strings (CSV cells) that parse."""
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in numbers_in(v)]
+    if isinstance(value, list):
+        return [n for v in value for n in numbers_in(v)]
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int | float):
+        return [float(value)]
+    try:
+        return [float(value)]
+    except (TypeError, ValueError):
+        return []
+
+
+def test_every_figure_in_the_readme_first_screen_prose_comes_from_a_raw_file(records):
+    """The prose around the table is held as the table is: each measured figure on the README's first screen
+    (a decimal of three places, or a percentage of one) is a value, as shown, of a CSV table of a record the
+    first screen links to."""
+    first_screen = (ROOT / "README.md").read_text().splitlines()[:60]
+    linked = [r for r in records if f"records/{r.id}/" in "\n".join(first_screen)]
+    shown = set()
+    for record in linked:
+        for raw in record.data["raw"]:
+            path = record.folder / raw["file"]
+            if path.suffix != ".csv":  # the tables a record keeps its figures in, not every logged step
+                continue
+            values = numbers_in([cell for row in csv.reader(path.open()) for cell in row])
+            shown |= {f"{v:.3f}" for v in values} | {f"{v:.1f}%" for v in values}
+            shown |= {f"{100 * v:.1f}%" for v in values if v <= 1}
+    prose = "\n".join(line for line in first_screen if not line.startswith("|"))
+    figures = re.findall(r"(?<![\d.,])(\d\.\d{3}|\d+\.\d%)(?!\d)", prose)
+    assert figures, "the first screen's prose names no measured figure"
+    assert [f for f in figures if f not in shown] == []
+
+
 def test_transcribed_records_say_so(records):
     for record in records:
         transcribed = [raw for raw in record.data["raw"] if "transcribed" in raw]
