@@ -181,7 +181,7 @@ def _train(loop: _Loop) -> tuple[str, bool]:
         # learning rate for this step, from the fraction of the plan done; the first step of the decay
         # keeps the state before it (pre-decay/), which a longer run continues from
         done = plan.progress(run.step, elapsed)
-        if loop.enters_decay(done):
+        if loop.enters_decay(done, elapsed):
             loop.timed(lambda: loop.save(PRE_DECAY))
         run.in_decay = plan.in_decay(done)
         lr = plan.learning_rate * lr_multiplier(done, plan.warmup_ratio, plan.min_lr_ratio, plan.decay_ratio)
@@ -248,14 +248,14 @@ class _Loop:
             return f"interrupted by signal {received[0] if received else 'on another rank'}"
         return None
 
-    def enters_decay(self, done: float) -> bool:
+    def enters_decay(self, done: float, elapsed: float) -> bool:
         """Whether the step about to run at progress `done` is the first in the decay, after a held peak,
-        and the plan keeps the state before it (then the run state names that step)."""
+        and the plan keeps the state before it (then the run state names that step, at `elapsed` seconds)."""
         run, plan = self.run, self.plan
         keeps = plan.keep_pre_decay and plan.resumable and plan.holds_peak()
         if not (keeps and plan.in_decay(done) and not run.in_decay):
             return False
-        run.pre_decay_step = run.step  # before saving: pre-decay/ records that it is the run's pre-decay
+        run.pre_decay_step, run.train_time = run.step, elapsed  # pre-decay/ names itself and this clock
         return True
 
     def at_end(self) -> bool:
