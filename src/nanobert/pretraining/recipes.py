@@ -145,14 +145,15 @@ def build_configs(
     # The recipe keeps the pair only where the start has roles: another start steps aside, unless asked.
     if model_kw.get("attention_init") != "roles" and "keep_roles" not in (train_overrides or {}):
         train_kw.pop("keep_roles", None)
-    if train_kw.get("keep_roles"):  # refused here, before a tokenizer is trained or a folder touched
-        check_keep_roles(ModelConfig(**model_kw))
     # An explicit length replaces the preset's length rather than conflicting with it.
     if set(LENGTH_FIELDS) & set(train_overrides or {}):
         for name in LENGTH_FIELDS:
             if name not in (train_overrides or {}):
                 train_kw.pop(name, None)
-    return ModelConfig(**model_kw), TrainConfig(**train_kw)
+    model_config, train_config = ModelConfig(**model_kw), TrainConfig(**train_kw)
+    if train_config.keep_roles:  # refused here, before a tokenizer is trained or a folder touched
+        check_keep_roles(model_config)
+    return model_config, train_config
 
 
 def preset_configs(preset: str, **fields: Any) -> tuple[ModelConfig, TrainConfig]:
