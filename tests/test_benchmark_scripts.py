@@ -481,6 +481,34 @@ def test_data_pipeline_checks_its_arguments_before_the_pipeline(
     assert "--device" not in line  # an option this script does not have
 
 
+@pytest.mark.parametrize(
+    "bad, needle",
+    [
+        (["--before", "no-such-revision"], "--before no-such-revision: git finds no src/nanobert/model.py"),
+        (["--mask-prob", "0"], "--mask-prob must be in (0, 1]"),
+        (["--profile", "0"], "argument --profile"),
+    ],
+)
+def test_cpu_step_checks_its_arguments_before_building_a_step(bad, needle, monkeypatch, capsys):
+    cpu_step = load("cpu_step.py")
+    monkeypatch.setattr(cpu_step, "Step", tripwire)
+    monkeypatch.setattr(cpu_step, "load_nanobert", tripwire)
+    code, line = run_main(cpu_step, "cpu_step.py", bad, monkeypatch, capsys)
+    assert code == 2 and needle in line
+
+
+def test_cpu_step_times_and_profiles_this_trees_step(tmp_path):
+    """One round of one step and a profile of one, in a process of its own (it reloads nanobert)."""
+    out = tmp_path / "step.json"
+    args = ["--rounds", "1", "--steps", "1", "--profile", "1", "--threads", "1", "--json", out]
+    done = subprocess.run([sys.executable, BENCHMARKS / "cpu_step.py", *map(str, args)], capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    report = json.loads(out.read_text())
+    assert report["sides"]["this tree"]["tokens_per_s"] > 0 and report["ceiling_ms"] > 0
+    kinds = report["profile_ms_by_kind"]
+    assert {"MLM decoder and loss", "matrix multiplies", "optimizer"} <= set(kinds)
+
+
 def test_the_benchmarks_page_lists_every_script():
     """benchmarks/README.md names every script in benchmarks/, so a reader finds what each measures."""
     page = (BENCHMARKS / "README.md").read_text()

@@ -4,7 +4,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nanobert.fast import LOSS_CHUNK_ROWS, dropout, linear_cross_entropy
+from nanobert import fast
+from nanobert.config import ModelConfig
+from nanobert.fast import LOSS_CHUNK_ROWS, attention_by_math, dropout, linear_cross_entropy
+from nanobert.model import SelfAttention
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
@@ -55,3 +58,55 @@ def test_linear_cross_entropy_matches_linear_then_cross_entropy(dtype):
         torch.testing.assert_close(chunked, plain, atol=tolerance, rtol=tolerance)
     no_targets = torch.full((N,), -100)
     assert linear_cross_entropy(h, weight, bias, no_targets).item() == 0.0
+
+
+def test_a_target_far_below_the_rest_gives_a_finite_loss_and_the_exact_gradient():
+    """A target probability below fp32's smallest normal (a loss past 87 nats) counts as 87.3 nats instead
+    of infinity; its gradient (softmax - one_hot) is the exact one."""
+    h = torch.eye(3, 4, requires_grad=True)
+    weight = torch.zeros(5, 4)
+    weight[0, 0], weight[1, 1], weight[2, 2] = -200.0, 3.0, 1.0  # row 0's target, class 0, scores -200
+    weight.requires_grad_()
+    bias = torch.zeros(5, requires_grad=True)
+    target = torch.tensor([0, 1, 2])
+    loss = linear_cross_entropy(h, weight, bias, target)
+    plain = F.cross_entropy(F.linear(h, weight, bias), target, reduction="none")
+    assert plain[0] > 190 and torch.isfinite(loss)
+    expected = (-torch.log(torch.tensor(torch.finfo(torch.float32).tiny)) + plain[1:].sum()) / 3
+    torch.testing.assert_close(loss, expected)
+    grads = torch.autograd.grad(loss, (h, weight, bias))
+    plain_grads = torch.autograd.grad(plain.mean(), (h, weight, bias))
+    for ours, theirs in zip(grads, plain_grads, strict=True):
+        torch.testing.assert_close(ours, theirs)
+
+
+def test_a_cpu_trains_short_sequences_by_the_attention_math():
+    """The rule: a CPU with dropout, or training (gradients on) up to MATH_ATTENTION_MAX_LEN positions."""
+    short, long = (
+        torch.zeros(2, fast.MATH_ATTENTION_MAX_LEN, 8),
+        torch.zeros(2, fast.MATH_ATTENTION_MAX_LEN + 1, 8),
+    )
+    assert attention_by_math(short, 0.0) and not attention_by_math(long, 0.0)
+    assert attention_by_math(long, 0.1)  # SDPA has no CPU dropout kernel
+    with torch.no_grad():
+        assert not attention_by_math(short, 0.0)  # inference: the fused kernel
+    assert not attention_by_math(torch.zeros(2, 16, 8, device="meta"), 0.1)  # not a CPU
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_attention_math_and_the_fused_kernel_agree(monkeypatch, causal):
+    """Outputs and gradients of both ways of computing attention, with padding, all queries or some."""
+    torch.manual_seed(0)
+    attention = SelfAttention(ModelConfig(hidden_size=24, num_attention_heads=3, is_decoder=causal))
+    attention.attn_dropout = 0.0
+    x = torch.randn(3, 11, 24, requires_grad=True)
+    mask = torch.ones(3, 11, dtype=torch.bool)
+    mask[1, 7:] = False
+    queries = None if causal else torch.tensor([[0, 3], [0, 6], [0, 10]])
+    results = []
+    for most in (fast.MATH_ATTENTION_MAX_LEN, 0):  # the math, then the fused kernel
+        monkeypatch.setattr(fast, "MATH_ATTENTION_MAX_LEN", most)
+        y, _ = attention(x, mask[:, None, None, :], query_positions=queries)
+        results.append((y, *torch.autograd.grad(y.square().sum(), (x, attention.qkv.weight))))
+    for math, fused in zip(*results, strict=True):
+        torch.testing.assert_close(math, fused, atol=1e-5, rtol=1e-5)

@@ -6,10 +6,12 @@
   (seeded from torch's, so the same seed gives the same masks; other masks than F.dropout's);
 - `linear_cross_entropy`: `F.cross_entropy(F.linear(h, weight, bias).float(), target)` with -100 targets
   ignored, computed in chunks of rows without the (N, V) logits by a custom autograd function
-  (`_LinearCrossEntropy`): the same loss and gradients within rounding.
+  (`_LinearCrossEntropy`): the same loss and gradients within rounding;
+- `attention_by_math`: where the model computes attention as its explicit math instead of
+  `F.scaled_dot_product_attention` (the same function; a CPU trains short sequences faster so).
 
-Each was measured faster on a 2-core CPU (records 2026-11-25-cpu-throughput-bf16, 2026-11-25-faster-cpu-step);
-tests/test_fast.py holds each to the call it replaces.
+Each was measured faster on a 2-core CPU (records 2026-11-25-cpu-throughput-bf16, 2026-11-25-faster-cpu-step,
+2026-12-06-bf16-step); tests/test_fast.py holds each to the call it replaces.
 """
 
 from __future__ import annotations
@@ -58,10 +60,25 @@ class Dropout(nn.Dropout):
         return dropout(x, self.p, self.training)
 
 
-LOSS_CHUNK_ROWS = 128  # rows of the vocabulary projection in flight: 128 x V floats stay in a CPU's cache
-# A GPU has no such cache to fit, and every chunk is ~15 more kernel launches and, under torch.compile, one
-# more unrolled copy in the graph (BERT-base at batch 256 x 128 has ~5,000 masked rows: 39 chunks of 128).
-# 8192 rows, an (8192, V) fp32 block (1 GB at V = 30,522), keeps that batch in one chunk. Speed unmeasured.
+MATH_ATTENTION_MAX_LEN = 256  # the longest sequence a CPU trains faster by the explicit attention math
+
+
+def attention_by_math(x: torch.Tensor, dropout_p: float) -> bool:
+    """Whether attention over x (B, T, H) is computed as the explicit math, softmax(q k^T / sqrt(hd)) v,
+    rather than by `F.scaled_dot_product_attention`: on a CPU with dropout (SDPA has no CPU dropout kernel
+    and falls back to the same math with torch's slow mask), and on a CPU while training (gradients on) up
+    to `MATH_ATTENTION_MAX_LEN` positions, where the fused kernel's backward is the slower: 12.8 ms against
+    3.6 for a layer of the first run in bf16, 6.7 against 5.4 in fp32; at 512 positions and 12 heads the
+    math is slower (2026-12-06-bf16-step). Elsewhere (a GPU, inference) the fused kernel."""
+    if x.device.type != "cpu":
+        return False
+    return dropout_p > 0 or (torch.is_grad_enabled() and x.size(1) <= MATH_ATTENTION_MAX_LEN)
+
+
+LOSS_CHUNK_ROWS = 512  # rows of the vocabulary projection in flight on a CPU (2026-12-06-bf16-step)
+# A GPU has no cache to fit, and every chunk is ~15 more kernel launches and, under torch.compile, one more
+# unrolled copy in the graph (BERT-base at batch 256 x 128 has ~5,000 masked rows: 20 chunks of 256).
+# 8192 rows, an (8192, V) block (1 GB in fp32 at V = 30,522), keeps that batch in one chunk. Speed unmeasured.
 GPU_LOSS_CHUNK_ROWS = 8192
 
 
@@ -76,35 +93,49 @@ class _LinearCrossEntropy(torch.autograd.Function):
     gradients are computed right away in the forward pass and the backward only scales them.
 
     The vocabulary projection is the largest matrix multiply of a small BERT and its softmax the largest
-    elementwise op; chunked, they stay in cache (faster than linear + cross_entropy on a 2-core CPU, record
-    2026-11-24-cpu-throughput-avx2). The numbers are the same: logits in `dtype` (bf16 under autocast),
-    softmax and loss in fp32, gradients summed in fp32.
+    elementwise op, so each chunk makes one pass over its (C, V) block besides the three matrix multiplies:
+    `softmax` (fp32 inside, rounded once to `dtype`: the gradient's precision before its matmuls) gives the
+    probabilities, the loss is -log of the target's, and the one-hot is subtracted at C entries. Ignored rows
+    are zeroed where it costs C x H, not C x V: in the chunk's inputs to the weight and bias gradients and in
+    its input gradient. Before (2026-12-06-bf16-step) the chunk made seven passes (cast, log-sum-exp,
+    subtract, exp, mask, cast, column sum): 82 of a 105 ms bf16 step of the first run on a 2-core Xeon.
+    A target probability below fp32's smallest normal (a loss above 87 nats) counts as 87.3; its gradient
+    is exact.
     """
 
     @staticmethod
     def forward(ctx, h, weight, bias, target, dtype):  # noqa: D102 (the class docstring says it)
-        x, w, b = h.to(dtype), weight.to(dtype), bias.to(dtype)
-        keep = (target != IGNORE_INDEX).to(torch.float32)  # rows that count: (N,)
-        safe = target.clamp(min=0)  # an ignored row scores class 0, then weighs nothing
+        N, (V, H) = h.size(0), weight.shape
+        keep = (target != IGNORE_INDEX).to(dtype)[:, None]  # rows that count: (N, 1)
+        # The bias folded into the matrix multiply as one more input column of ones (and zeros up to a
+        # multiple of 16, which oneDNN's bf16 kernels need for speed): the logits without a pass of their
+        # own for the bias, and the bias gradient as one more row of the weight gradient's product.
+        K = (H + 1 + 15) // 16 * 16
+        x = torch.zeros((N, K), dtype=dtype, device=h.device)
+        x[:, :H] = h
+        x[:, H] = 1
+        w_t = torch.zeros((K, V), dtype=dtype, device=h.device)  # [weight | bias]^T, contiguous
+        w_t[:H] = weight.t()
+        w_t[H] = bias
+        w = w_t[:H].t()  # (V, H), for the input gradient
+        flat = target.clamp(min=0) + torch.arange(0, N * V, V, device=h.device)  # an ignored row: class 0
         loss = torch.zeros((), dtype=torch.float32, device=h.device)
         grad_h = torch.empty(h.shape, dtype=torch.float32, device=h.device)
-        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=h.device)
-        grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=h.device)
+        grad_wt = torch.zeros((K, V), dtype=torch.float32, device=h.device)  # [weight | bias] gradient^T
+        tiny = torch.finfo(torch.float32).tiny
         chunk = loss_chunk_rows(h.device)
-        for start in range(0, h.size(0), chunk):
+        for start in range(0, N, chunk):
             rows = slice(start, start + chunk)
-            logits = torch.addmm(b, x[rows], w.t()).float()  # (C, V)
-            lse = logits.logsumexp(-1)  # (C,)
-            picked = logits.gather(1, safe[rows, None]).squeeze(1)
-            loss += ((lse - picked) * keep[rows]).sum()
-            probs = logits.sub_(lse[:, None]).exp_()  # softmax, in place of the logits
-            probs.scatter_add_(1, safe[rows, None], -torch.ones_like(probs[:, :1]))  # - one_hot
-            probs.mul_(keep[rows, None])
-            g = probs.to(dtype)
-            grad_h[rows] = g @ w
-            grad_w += (g.t() @ x[rows]).float()
-            grad_b += probs.sum(0)
-        ctx.save_for_backward(grad_h, grad_w, grad_b)
+            probs = torch.softmax(x[rows] @ w_t, dim=-1)  # (C, V) in dtype
+            at = flat[rows] - start * V  # the targets' places in the chunk, flattened
+            picked = probs.view(-1)[at].float()  # the target's probability
+            loss -= (picked.clamp(min=tiny).log() * keep[rows, 0].float()).sum()
+            probs.view(-1).index_add_(0, at, -torch.ones_like(picked, dtype=dtype))  # softmax - one_hot
+            grad_h[rows] = (probs @ w) * keep[rows]
+            # (K, C) @ (C, V), the gradient transposed: oneDNN is fastest with both operands contiguous
+            # (the (V, C) @ (C, H) product, reading the block transposed, took twice as long)
+            grad_wt += (x[rows] * keep[rows]).t().contiguous() @ probs
+        ctx.save_for_backward(grad_h, grad_wt[:H].t().contiguous(), grad_wt[H].clone())
         ctx.dtypes = (h.dtype, weight.dtype, bias.dtype)
         return loss
 
@@ -137,7 +168,9 @@ def linear_cross_entropy(
 __all__ = [
     "GPU_LOSS_CHUNK_ROWS",
     "LOSS_CHUNK_ROWS",
+    "MATH_ATTENTION_MAX_LEN",
     "Dropout",
+    "attention_by_math",
     "dropout",
     "linear_cross_entropy",
     "loss_chunk_rows",

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nanobert.config import ModelConfig
-from nanobert.fast import Dropout, dropout, linear_cross_entropy
+from nanobert.fast import Dropout, attention_by_math, dropout, linear_cross_entropy
 from nanobert.initialization import init_starts
 from nanobert.tokenizer import IGNORE_INDEX
 
@@ -122,10 +122,12 @@ class SelfAttention(nn.Module):
         causal_kernel = is_causal and attn_mask is None  # SDPA's own causal mask, the fastest path
         if is_causal and attn_mask is not None:  # padding too: combine the two masks
             attn_mask = attn_mask & torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # (B, 1, T, T)
-        # SDPA has no CPU kernel with dropout: it falls back to this same math with torch's slow mask.
-        if output_attentions or (dropout_p > 0 and x.device.type == "cpu"):
+        # Where the explicit math is the faster way to train (`attention_by_math`: a CPU with dropout, whose
+        # SDPA falls back to this same math with torch's slow mask, or on short sequences).
+        if output_attentions or attention_by_math(x, dropout_p):
             # The explicit math, kept for attention maps and for readers: softmax(q k^T / sqrt(hd)) v.
-            scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, nh, Q, T)
+            # (q scaled, not the scores: half as many numbers at T = 2 x hd; exact where sqrt(hd) is 2^k)
+            scores = (q / math.sqrt(self.head_dim)) @ k.transpose(-2, -1)  # (B, nh, Q, T)
             if causal_kernel:
                 attn_mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # (T, T)
             if attn_mask is not None:
