@@ -132,9 +132,10 @@ def test_a_gpu_computes_the_vocabulary_loss_in_one_chunk_and_gets_the_same_numbe
 
     assert fast.loss_chunk_rows(torch.device("cpu")) == fast.LOSS_CHUNK_ROWS
     assert fast.loss_chunk_rows(torch.device("cuda")) == fast.GPU_LOSS_CHUNK_ROWS >= 5000
-    h = torch.randn(300, 16, requires_grad=True)
+    n = 2 * fast.LOSS_CHUNK_ROWS + 44
+    h = torch.randn(n, 16, requires_grad=True)
     weight, bias = torch.randn(53, 16, requires_grad=True), torch.randn(53, requires_grad=True)
-    target = torch.randint(0, 53, (300,))
+    target = torch.randint(0, 53, (n,))
     target[::3] = -100
     results = []
     for rows in (fast.LOSS_CHUNK_ROWS, fast.GPU_LOSS_CHUNK_ROWS):  # 3 chunks, then 1

@@ -77,7 +77,7 @@ def attention_by_math(x: torch.Tensor, dropout_p: float) -> bool:
 
 LOSS_CHUNK_ROWS = 512  # rows of the vocabulary projection in flight on a CPU (2026-12-06-bf16-step)
 # A GPU has no cache to fit, and every chunk is ~15 more kernel launches and, under torch.compile, one more
-# unrolled copy in the graph (BERT-base at batch 256 x 128 has ~5,000 masked rows: 20 chunks of 256).
+# unrolled copy in the graph (BERT-base at batch 256 x 128 has ~5,000 masked rows: 10 chunks of 512).
 # 8192 rows, an (8192, V) block (1 GB in fp32 at V = 30,522), keeps that batch in one chunk. Speed unmeasured.
 GPU_LOSS_CHUNK_ROWS = 8192
 
