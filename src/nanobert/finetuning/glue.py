@@ -11,14 +11,14 @@ says which checkpoint (by a digest of its contents: a moved or copied checkpoint
 settings its results belong to (`glue_options.py`), so that another command never mixes its runs with them
 (nor replaces them, unless asked). The first seed's pretrained model labels the test files for the GLUE
 server (OUT/submission/; the MNLI model also labels the diagnostic set). The table, JSON, CSV, picture and
-the submission's notice are `glue_report.py`'s.
+the submission's notice are `glue_report.py`'s, the test files' labels `glue_submission.py`'s and the
+time left `glue_clock.py`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +31,8 @@ from nanobert.data.labelled import load_split
 from nanobert.device import autocast_dtype, resolve_device
 from nanobert.errors import NanobertError
 from nanobert.files import atomic_file, check_room
-from nanobert.finetuning.classification import ClassifierTask, finetune
+from nanobert.finetuning.classification import finetune
+from nanobert.finetuning.glue_clock import Clock, expected_steps
 from nanobert.finetuning.glue_data import TaskFiles, cap_train, check_task, hub_tasks, local_tasks
 from nanobert.finetuning.glue_options import (
     OPTIONS_NAME,
@@ -44,7 +45,7 @@ from nanobert.finetuning.glue_options import (
 from nanobert.finetuning.glue_report import build_report, write_report
 from nanobert.finetuning.glue_submission import current_files, write_predictions
 from nanobert.finetuning.glue_tasks import GLUE_TASKS, GlueTask, choose_tasks, server_files
-from nanobert.finetuning.task import control_start, default_epochs
+from nanobert.finetuning.task import control_start
 from nanobert.use.classifier import split_outputs
 
 INITS = {"pretrained": False, "scratch": True}  # an init -> finetune's from_scratch
@@ -308,52 +309,6 @@ def belongs(result: Path, job: GlueJob) -> bool:
         return False
     run = Run(task, "pretrained", job.seeds[0])
     return result == run.folder(job.out) / RESULT_NAME and kept_result(run, job) is not None
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The time left
-
-
-def expected_steps(files: TaskFiles, cfg: FinetuneConfig) -> int:
-    """The steps `finetune` will take on the task: its epochs (`finetune`'s default for the set's size) of
-    batches of its training rows (twice the rows where pairs are read both ways)."""
-    symmetric = cfg.symmetric_pairs
-    if symmetric is None:
-        symmetric = ClassifierTask(files.task.spec()).symmetric_pairs()[0]
-    rows = files.rows * (2 if symmetric and files.task.pair is not None else 1)
-    per_epoch = math.ceil(rows / cfg.batch_size)
-    return per_epoch * (cfg.epochs or default_epochs(per_epoch, cfg))
-
-
-class Clock:
-    """The time left: the seconds per step of the runs done so far (kept ones too), times the steps of the
-    runs still to train (`steps`) among the call's `total`."""
-
-    def __init__(self, steps: dict[Run, int], total: int):
-        self.left, self.total, self.done = dict(steps), total, 0
-        self.seconds = self.steps = 0.0
-
-    def line(self, run: Run, result: dict[str, Any], kept: bool) -> str:
-        self.left.pop(run, None)
-        self.seconds += result["seconds"]
-        self.steps += result["steps"]
-        left = self.seconds / max(1.0, self.steps) * sum(self.left.values())
-        key = run.task.keys()[0]
-        how = "kept from an earlier call" if kept else f"{result['seconds']:.0f} s"
-        self.done += 1
-        done, value = self.done, result["metrics"][key]
-        return (
-            f"nanobert: glue: {run.task.title} {run.init} seed {run.seed}: dev {key} {value:.4f} ({how}); "
-            f"{done} of {self.total} runs done, {duration(left)} left"
-        )
-
-
-def duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"about {seconds:.0f} s" if seconds else "nothing"
-    if seconds < 5400:
-        return f"about {seconds / 60:.0f} min"
-    return f"about {seconds / 3600:.1f} h"
 
 
 __all__ = ["CONTROLS", "INITS", "Run", "default_out", "glue"]
