@@ -500,7 +500,21 @@ def test_cpu_step_checks_its_arguments_before_building_a_step(bad, needle, monke
 def test_cpu_step_times_and_profiles_this_trees_step(tmp_path):
     """One round of one step and a profile of one, in a process of its own (it reloads nanobert)."""
     out = tmp_path / "step.json"
-    args = ["--rounds", "1", "--steps", "1", "--profile", "1", "--threads", "1", "--json", out]
+    # fp32: bf16 is emulated, and slow, on CPUs without it
+    args = [
+        "--precision",
+        "fp32",
+        "--rounds",
+        "1",
+        "--steps",
+        "1",
+        "--profile",
+        "1",
+        "--threads",
+        "1",
+        "--json",
+        out,
+    ]
     done = subprocess.run([sys.executable, BENCHMARKS / "cpu_step.py", *map(str, args)], capture_output=True)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     report = json.loads(out.read_text())
