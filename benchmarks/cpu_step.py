@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -107,17 +108,9 @@ class Step:
 
 def make_inputs(n: int, mask_prob: float):
     """n random batches of the first run's shape, fed as the trainer feeds them (query layout, no padding)."""
-    from throughput import make_batches
+    from throughput import TRAINER_KEYS, make_batches
 
-    keys = (
-        "input_ids",
-        "token_type_ids",
-        "labels",
-        "next_sentence_label",
-        "query_positions",
-        "mlm_positions",
-    )
-    return [{k: b[k] for k in keys} for b in make_batches(n, 32, 128, 8192, mask_prob, seed=0)]
+    return [{k: b[k] for k in TRAINER_KEYS} for b in make_batches(n, 32, 128, 8192, mask_prob, seed=0)]
 
 
 def seconds_per_step(step: Step, batches, n: int) -> float:
@@ -130,7 +123,7 @@ def seconds_per_step(step: Step, batches, n: int) -> float:
 def decoder_seconds(step: Step, n_masked: int, n: int = 10) -> float:
     """Seconds of the MLM decoder and its loss alone (transform, tied vocabulary projection, chunked
     cross-entropy; forward and backward) at the step's masked rows: a direct timing, because the profiler
-    slows the earlier loss's many large copies several times over (416 ms a step under it, 118 without)."""
+    slows the earlier loss's many large copies several times over (the whole old bf16 step 3.7x)."""
     head, weight = step.model.mlm_head, step.model.bert.embeddings.word_embeddings.weight
     torch.manual_seed(1)
     h = torch.randn(n_masked, weight.size(1), requires_grad=True)
@@ -153,11 +146,10 @@ def kind_of(event) -> str:
     """The kind an operation's self time counts to: its scope's (an ancestor's name), else its own name's."""
     parent = event.cpu_parent
     while parent is not None:
+        name = parent.name.removeprefix("autograd::engine::evaluate_function: ")  # a backward's scope
         for kind, scope in SCOPES:
-            if parent.name.startswith(scope) or parent.name.startswith(f"{scope}Backward"):
+            if name.startswith(scope):
                 return kind
-        if parent.name.startswith("autograd::engine::evaluate_function: _LinearCrossEntropyBackward"):
-            return "MLM decoder and loss"
         parent = parent.cpu_parent
     if event.name in MATMULS:
         return "matrix multiplies"
@@ -192,7 +184,8 @@ def profile(step: Step, batches, n: int) -> tuple[dict[str, float], list]:
 def profile_report(name: str, step: Step, batches, n: int, dtype, flops: float, peak: float) -> dict:
     """Time by kind over n profiled steps and the ceiling of the step's matmuls, printed and returned."""
     kinds, matmuls = profile(step, batches, n)
-    ceiling = sum(matmul_seconds(op, shapes, dtype) for op, shapes in matmuls) / n
+    counts = Counter((op, json.dumps(shapes)) for op, shapes in matmuls)  # the same shapes recur every step
+    ceiling = sum(k * matmul_seconds(op, json.loads(shapes), dtype) for (op, shapes), k in counts.items()) / n
     step_ms = seconds_per_step(step, batches, 10) * 1e3
     print(f"{name}: {sum(k['ms'] for k in kinds.values()):.1f} ms/step under the profiler; by kind:")
     for kind, figures in kinds.items():

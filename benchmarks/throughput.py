@@ -84,6 +84,17 @@ def check_args(args: argparse.Namespace) -> None:
         raise NanobertError(f"--peak-tflops must be positive, got {args.peak_tflops:g}")
 
 
+# What the trainer feeds nanobert's BertForPreTraining from each batch (make_batches adds flat_mlm_positions)
+TRAINER_KEYS = (
+    "input_ids",
+    "token_type_ids",
+    "labels",
+    "next_sentence_label",
+    "query_positions",
+    "mlm_positions",
+)
+
+
 def make_batches(n: int, batch_size: int, seq_len: int, vocab_size: int, mask_prob: float, seed: int):
     g = torch.Generator().manual_seed(seed)
     out = []

@@ -54,17 +54,9 @@ def tiny_side(throughput, device="cpu", dropout=0.0, compile_mode=None, backend=
     )
     batches = throughput.static_layout(throughput.make_batches(3, 3, 24, config.vocab_size, 0.3, seed=1))
     batches = [{k: v.to(device) for k, v in b.items()} for b in batches]
-    keys = (
-        "input_ids",
-        "token_type_ids",
-        "labels",
-        "next_sentence_label",
-        "query_positions",
-        "mlm_positions",
-    )
 
     def inputs(b):
-        return {**{k: b[k] for k in keys}, "return_logits": False}
+        return {**{k: b[k] for k in throughput.TRAINER_KEYS}, "return_logits": False}
 
     model = BertForPreTraining(config)
     side = throughput.Side("nanobert", model, inputs, torch.device(device), None, compile_mode, backend)
