@@ -27,6 +27,8 @@ its best cut) on held-out pairs, with 0%, 15% and 45% of the tokens masked as th
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import itertools
 import json
 import time
@@ -38,6 +40,7 @@ from nanobert.data.corpus import load_documents
 from nanobert.data.masking import MaskingCollator
 from nanobert.data.nsp import nsp_epoch_batches
 from nanobert.engine.optimizer import build_optimizer, lr_multiplier
+from nanobert.initialization import keep_roles
 from nanobert.model import BertForPreTraining
 from nanobert.objectives.mlm_nsp import eval_instances, mlm_nsp_metrics
 from nanobert.pretraining.recipes import preset_configs
@@ -104,6 +107,24 @@ def force_cls_attention(model: BertForPreTraining, mode: str) -> None:
     model.bert.forward = bert_forward
 
 
+def nsp_on_the_mean(model: BertForPreTraining) -> None:
+    """A head change, screened: the pooler (and so the NSP head) reads the mean of every real token's final
+    state instead of [CLS]'s, as fine-tuning's default head does (`BertForSequenceClassification`'s
+    `pooling="mean"`: tanh(pooler(mean))). The NSP gradient then reaches every token directly, not through
+    [CLS]'s attention, which the record found reading itself."""
+    original = model.bert.forward
+
+    def bert_forward(input_ids, token_type_ids=None, attention_mask=None, *args, **kwargs):
+        out = original(input_ids, token_type_ids, attention_mask, *args, **kwargs)
+        h = out.last_hidden_state  # (B, T, H): the loop runs every position
+        real = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
+        m = real[..., None].to(h.dtype)
+        pooled = torch.tanh(model.bert.pooler((h * m).sum(1) / m.sum(1)))
+        return dataclasses.replace(out, pooler_output=pooled)
+
+    model.bert.forward = bert_forward
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--train", required=True)
@@ -121,6 +142,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--start", nargs="*", default=[], choices=sorted(STARTS), help="screened starts")
     p.add_argument("--nsp-weight", type=float, default=1.0, help="the NSP term's weight in the loss")
     p.add_argument("--mlm-weight", type=float, default=1.0, help="the MLM term's weight (0: NSP alone)")
+    p.add_argument("--nsp-pooling", choices=["cls", "mean"], default="cls", help="what the NSP head reads")
     p.add_argument("--head-lr", type=float, default=1.0, help="the pooler's and NSP head's rate, x peak")
     p.add_argument("--force-cls", choices=("uniform", "segments"), help="fix [CLS]'s last-layer attention")
     p.add_argument("--masking", action="store_true", help="measure the masking instead of training")
@@ -270,9 +292,17 @@ def train(args: argparse.Namespace) -> None:
         STARTS[name](model)
     if args.force_cls:
         force_cls_attention(model, args.force_cls)
+    if args.nsp_pooling == "mean":
+        nsp_on_the_mean(model)
     optimizer = build_optimizer(model, cfg.learning_rate, cfg.weight_decay)
     if args.head_lr != 1.0:
         optimizer = with_head_lr(model, optimizer, args.head_lr, cfg)
+    if cfg.keep_roles:  # as the trainer does: the roles start's word match kept, out of weight decay too
+        keep_roles(model, optimizer)
+    # the trainer's bf16 autocast when asked for (`--set precision=bf16`); snapshots stay in fp32
+    autocast = (
+        torch.autocast("cpu", dtype=torch.bfloat16) if cfg.precision == "bf16" else contextlib.nullcontext()
+    )
     collator = MaskingCollator(
         model_config.vocab_size, cfg.mask_prob, pad_to_multiple_of=cfg.pad_to_multiple_of, seed=cfg.seed
     )
@@ -301,7 +331,8 @@ def train(args: argparse.Namespace) -> None:
         )
         for group in optimizer.param_groups:
             group["lr"] = lr * group.get("lr_scale", 1.0)
-        out = model(**batch)
+        with autocast:
+            out = model(**batch)
         (args.mlm_weight * out.mlm_loss + args.nsp_weight * out.nsp_loss).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
