@@ -16,8 +16,13 @@ Batches are random token ids (throughput.py's `make_batches`); speed does not de
 - **Before and after** (`--before REV`): REV's `src/nanobert` (from git) loaded beside this tree's in the
   same process, both models given the same weights, timed in alternating rounds; the ratio is after/before
   in tokens/s.
+- **Compiled** (`--compile`): this tree's step once more with the model under `torch.compile`, as
+  `--set compile=true` trains it (default mode; forward and backward compiled, the optimizer eager), timed
+  in the same rounds after its compilation, which is timed apart: whether compiling pays back within a
+  first run.
 
     python benchmarks/cpu_step.py --precision bf16 --profile 10 --before HEAD~4 --json step.json
+    python benchmarks/cpu_step.py --precision bf16 --compile --rounds 7
 
 Utilisation is against the best of a few large square matmuls in the same dtype, measured here
 (flops.matmul_peak), and the useful work is flops.useful_flops (the MLM head at masked positions only).
@@ -87,7 +92,7 @@ def tree_at(rev: str, into: Path) -> Path:
 class Step:
     """The trainer's step for one tree: model, fused AdamW, keep_roles, clip; `run(batch)` is one step."""
 
-    def __init__(self, tree, amp_dtype, seed: int = 0):
+    def __init__(self, tree, amp_dtype, seed: int = 0, compile: bool = False):
         preset = tree.recipes.PRESETS["wikitext2-cpu"]["model"]
         self.config = tree.config.ModelConfig(**{**preset, "num_hidden_layers": 2, "vocab_size": 8192})
         torch.manual_seed(seed)
@@ -95,10 +100,12 @@ class Step:
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
         tree.initialization.keep_roles(self.model, self.opt)
         self.amp_dtype = amp_dtype
+        # as the trainer does: keep_roles' hooks first, then compile; `model` stays unwrapped for its weights
+        self.train_model = torch.compile(self.model) if compile else self.model
 
     def run(self, batch) -> None:
         with torch.autocast("cpu", dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
-            out = self.model(**batch, return_logits=False)
+            out = self.train_model(**batch, return_logits=False)
         out.loss.backward()
         with torch.profiler.record_function("clip"):
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
@@ -219,6 +226,7 @@ def parse_args(argv=None):
     p.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
     p.add_argument("--profile", type=positive_int, help="profile this many steps: time by kind, the ceiling")
     p.add_argument("--before", help="a git revision whose step is timed beside this tree's")
+    p.add_argument("--compile", action="store_true", help="time this tree's step under torch.compile too")
     p.add_argument("--steps", type=positive_int, default=10, help="timed steps per side per round")
     p.add_argument("--rounds", type=positive_int, default=5)
     p.add_argument("--threads", type=positive_int, help="torch threads (default: torch's choice)")
@@ -254,6 +262,8 @@ def main() -> None:
         here = load_nanobert(ROOT / "src")
         here.device.keep_freed_memory()  # what every nanobert job does on a CPU
         sides["this tree"] = Step(here, amp_dtype)
+        if args.compile:
+            sides["this tree, compiled"] = Step(here, amp_dtype, compile=True)
     state = sides["this tree"].model.state_dict()
     for step in sides.values():
         step.model.load_state_dict(state)
@@ -261,9 +271,14 @@ def main() -> None:
     peak = matmul_peak(amp_dtype)
     report = {"precision": args.precision, "threads": torch.get_num_threads(), "torch": torch.__version__,
               "peak_tflops": peak / 1e12, "useful_gflop_per_step": flops / 1e9, "sides": {}}  # fmt: skip
-    for step in sides.values():
-        seconds_per_step(step, batches, 3)  # warm-up
+    for name, step in sides.items():
+        start = time.perf_counter()
+        seconds_per_step(step, batches, 3)  # warm-up, and compilation
+        if step.train_model is not step.model:
+            report["compile_warmup_s"] = time.perf_counter() - start
+            print(f"{name}: compiled and ran 3 steps in {report['compile_warmup_s']:.1f} s")
     times = {name: [] for name in sides}
+    eager_sides = {name: step for name, step in sides.items() if step.train_model is step.model}
     for _ in range(args.rounds):
         for name, step in sides.items():
             times[name].append(seconds_per_step(step, batches, args.steps))
@@ -278,7 +293,7 @@ def main() -> None:
         print(
             f"{name:24s} {32 * 128 / t:9,.0f} tokens/s {t * 1e3:7.1f} ms/step {flops / t / peak:6.1%} of peak"
         )
-    for name, step in sides.items():
+    for name, step in eager_sides.items():
         ms = decoder_seconds(step, round(n_masked)) * 1e3
         report["sides"][name]["decoder_and_loss_ms"] = ms
         print(f"{name:24s} the MLM decoder and its loss alone: {ms:.1f} ms")
@@ -286,9 +301,21 @@ def main() -> None:
         ratio = statistics.median(times[f"before ({args.before})"]) / statistics.median(times["this tree"])
         report["ratio"] = ratio
         print(f"this tree / before: {ratio:.2f}x tokens/s")
+    if args.compile:
+        eager, compiled = (statistics.median(times[n]) for n in ("this tree", "this tree, compiled"))
+        report["compiled_ratio"] = eager / compiled
+        # compilation's own seconds (the warm-up less its 3 steps); the compiled run has made as many steps
+        # as the eager one would have after n steps, where n * (eager - compiled) = those seconds
+        cost = report["compile_warmup_s"] - 3 * compiled
+        even = cost / (eager - compiled) if eager > compiled else None
+        report["compile_pays_back_after_steps"] = even
+        print(
+            f"compiled / eager: {eager / compiled:.2f}x tokens/s; compiling took {cost:.1f} s, "
+            + (f"paid back after {even:,.0f} steps" if even else "never paid back")
+        )
     if args.profile:
         report["profiles"] = {}
-        for name, step in reversed(sides.items()):
+        for name, step in reversed(eager_sides.items()):  # a compiled step's kernels have no kinds here
             report["profiles"][name] = profile_report(name, step, batches, args.profile, dtype, flops, peak)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
