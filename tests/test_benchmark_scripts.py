@@ -529,3 +529,58 @@ def test_the_benchmarks_page_lists_every_script():
     page = (BENCHMARKS / "README.md").read_text()
     missing = [p.name for p in sorted(BENCHMARKS.glob("*.py")) if f"`{p.name}`" not in page]
     assert not missing, f"benchmarks/README.md does not list {', '.join(missing)}"
+
+
+# --- nsp_diagnosis.py -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_nsp_diagnosis_trains_as_the_trainer_and_screens_the_head(pooling, tmp_path, monkeypatch):
+    """A few steps of the flat loop on a tiny corpus: a JSON line per snapshot with the held-out figures; the
+    roles start's kept entries stay as they were (keep_roles, weight decay on); with `--nsp-pooling mean` the
+    NSP head reads the mean of the tokens (the pooled states differ from [CLS]'s)."""
+    from helpers import write_corpus
+
+    from nanobert.initialization import kept_entries
+    from nanobert.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+
+    nsp = load("nsp_diagnosis.py")
+    train, valid = (
+        write_corpus(tmp_path / "train.txt", n_docs=9),
+        write_corpus(tmp_path / "valid.txt", seed=1),
+    )
+    save_tokenizer(train_tokenizer(train.read_text().splitlines(), vocab_size=97), tmp_path / "tok")
+    kept, keep_roles = [], nsp.keep_roles
+
+    def keep_and_remember(model, optimizer):  # the model the loop trains, and its kept entries at the start
+        kept.extend((model, p, i, p.detach()[i].clone()) for p, i in kept_entries(model))
+        return keep_roles(model, optimizer)
+
+    monkeypatch.setattr(nsp, "keep_roles", keep_and_remember)
+    out = tmp_path / "diag.jsonl"
+    args = [
+        "--train",
+        train,
+        "--valid",
+        valid,
+        "--tokenizer",
+        tmp_path / "tok",
+        "--steps",
+        "5",
+        "--every",
+        "2",
+    ]
+    args += ["--held-out-pairs", "8", "--probe-pairs", "4", "--nsp-pooling", pooling, "--out", out]
+    args += ["--set", "hidden_size=24", "num_attention_heads=2", "intermediate_size=40", "weight_decay=0.1"]
+    nsp.train(nsp.parse_args([str(a) for a in args]))
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["step"] for line in lines] == [0, 2, 4]
+    assert all(0 <= line["held_out"]["nsp_accuracy"] <= 1 for line in lines)
+    assert kept and all(torch.equal(p.detach()[i], start) for _, p, i, start in kept)
+    model = kept[0][0]
+    docs = nsp.encode_documents(load_tokenizer(tmp_path / "tok"), nsp.load_documents(valid))
+    batch = nsp.MaskingCollator(model.config.vocab_size, mask_prob=0.15, seed=0)(nsp.eval_instances(docs, 32))
+    with torch.no_grad():
+        out = model.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        cls = torch.tanh(model.bert.pooler(out.last_hidden_state[:, 0]))
+    assert torch.allclose(out.pooler_output, cls) == (pooling == "cls")
