@@ -9,11 +9,16 @@ steps writes one JSON line of what decides whether `[CLS]` can learn the pair re
   encoder; and the NSP gradient's norm at `[CLS]`'s final state next to the MLM gradient's at a masked one;
 - `cls_attention`: per layer, the share of `[CLS]`'s attention on itself, on its three neighbours, on the
   rest of segment A, on segment B and on the two `[SEP]`s, and its entropy over the log of the keys, on
-  fixed held-out pairs;
+  fixed held-out pairs; the same shares per head (`heads`); and per head what segment B's tokens read of A
+  (`b_reads_a`: their attention's share across the boundary) with how well that one number tells the pair
+  apart at its best cut (`b_reads_a_rule`);
 - `pooler`: how much the pooled `[CLS]` varies across pairs (std over the batch / mean size), the share of
   the pooler's units in tanh's flat tails, and the spread of the NSP logit difference across pairs;
 - `held_out`: MLM and NSP loss and accuracy on the fixed held-out batches (15% masking, seed 0), and the
-  share of pairs answered "B follows A".
+  share of pairs answered "B follows A";
+- `probe`: whether the pair is in the final states before the head reads it: linear probes (ridge, fit on
+  the first half of the held-out pairs, scored on the second) of `[CLS]`'s final state and of the mean of
+  every token's, beside the majority label of the scored half.
 
 `--masking` instead measures what the training masking leaves of the words that tell two documents apart:
 the accuracy of a one-feature rule (the share of B's distinct content word pieces also in A, thresholded at
@@ -189,6 +194,7 @@ def cls_attention(model: BertForPreTraining, batch: dict[str, torch.Tensor]) -> 
         batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], output_attentions=True
     )
     ids, types, mask = batch["input_ids"], batch["token_type_ids"], batch["attention_mask"].bool()
+    labels = batch["next_sentence_label"]
     T = ids.size(1)
     pos = torch.arange(T)
     sep = ids == SEP_ID
@@ -209,8 +215,63 @@ def cls_attention(model: BertForPreTraining, batch: dict[str, torch.Tensor]) -> 
         entropy = -(per_head.clamp_min(1e-12).log() * per_head).sum(-1)  # (B, nh)
         n_keys = mask.sum(1, keepdim=True).float()  # (B, 1)
         shares["entropy_share"] = (entropy / n_keys.log()).mean().item()  # 1 = uniform over the keys
+        # per head: which heads [CLS] reads where (the roles start's first half "where", second half "what")
+        shares["heads"] = [
+            {name: (per_head[:, h] * region).sum(1).mean().item() for name, region in regions.items()}
+            for h in range(per_head.size(1))
+        ]
+        # per head, what B's tokens read of A: the share of their attention across the segment boundary, and
+        # how well that one number (averaged over B's tokens) tells the pair apart at its best cut
+        into_a = (probs * ((types == 0) & mask & ~sep)[:, None, None, :]).sum(-1)  # (B, nh, T)
+        in_b = ((types == 1) & mask & ~sep).float()  # (B, T)
+        cross = (into_a * in_b[:, None, :]).sum(-1) / in_b.sum(-1, keepdim=True).clamp_min(1)  # (B, nh)
+        shares["b_reads_a"] = cross.mean(0).tolist()
+        shares["b_reads_a_rule"] = [best_cut_accuracy(cross[:, h], labels) for h in range(cross.size(1))]
         layers.append(shares)
     return layers
+
+
+def best_cut_accuracy(feature: torch.Tensor, labels: torch.Tensor) -> float:
+    """The accuracy of the best one-threshold rule on `feature` (either direction) for binary `labels`."""
+    values, order = feature.sort()
+    y = labels[order].float()
+    n, pos = len(y), y.sum()
+    below_pos = torch.cat([torch.zeros(1), y.cumsum(0)])  # positives below each cut
+    below = torch.arange(n + 1, dtype=torch.float32)
+    correct = below_pos + (n - below - (pos - below_pos))  # positives below, negatives above
+    # a cut falls between two different values only (or outside them all): ties go to one side together
+    between = torch.cat(
+        [torch.ones(1, dtype=torch.bool), values[1:] > values[:-1], torch.ones(1, dtype=torch.bool)]
+    )
+    correct = correct[between]
+    return (torch.maximum(correct, n - correct).max() / n).item()
+
+
+@torch.no_grad()
+def probe_figures(model: BertForPreTraining, batches, ridge: float = 10.0) -> dict[str, float]:
+    """Whether the pair relation is in the final states before the NSP head reads it: a linear probe (ridge
+    regression on standardized features, fit on the first half of the held-out pairs, scored on the second)
+    of [CLS]'s final state, and of the mean of every real token's. Where the mean decodes the pair and
+    [CLS] does not, what is missing is [CLS]'s gathering, not the representation."""
+    feats, labels = {"cls": [], "mean": []}, []
+    for batch in batches:
+        h = model.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).last_hidden_state
+        m = batch["attention_mask"][..., None].float()
+        feats["cls"].append(h[:, 0])
+        feats["mean"].append((h * m).sum(1) / m.sum(1))
+        labels.append(batch["next_sentence_label"])
+    y = torch.cat(labels).float() * 2 - 1  # +1: random B
+    half = len(y) // 2
+    out = {}
+    for name, parts in feats.items():
+        x = torch.cat(parts).float()
+        x = (x - x[:half].mean(0)) / x[:half].std(0).clamp_min(1e-6)
+        x = torch.cat([x, torch.ones(len(x), 1)], 1)
+        a, b = x[:half], y[:half]
+        w = torch.linalg.solve(a.T @ a + ridge * torch.eye(a.size(1)), a.T @ b)
+        out[f"probe_{name}"] = ((x[half:] @ w).sign() == y[half:]).float().mean().item()
+    out["probe_majority"] = max((y[half:] > 0).float().mean().item(), (y[half:] < 0).float().mean().item())
+    return out
 
 
 @torch.no_grad()
@@ -263,6 +324,7 @@ def snapshot(model: BertForPreTraining, step: int, batch, probe, held_out) -> di
         "cls_attention": cls_attention(model, probe),
         "pooler": pooler_figures(model, probe),
         "held_out": held_out_figures(model, held_out),
+        "probe": probe_figures(model, held_out),
     }
     model.zero_grad(set_to_none=True)
     return line

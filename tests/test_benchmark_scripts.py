@@ -576,6 +576,12 @@ def test_nsp_diagnosis_trains_as_the_trainer_and_screens_the_head(pooling, tmp_p
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert [line["step"] for line in lines] == [0, 2, 4]
     assert all(0 <= line["held_out"]["nsp_accuracy"] <= 1 for line in lines)
+    for line in lines:  # the probes score accuracies; per layer, a share per head that sums to the layer's
+        assert all(0 <= v <= 1 for v in line["probe"].values())
+        for layer in line["cls_attention"]:
+            per_head = [sum(head.values()) for head in layer["heads"]]
+            assert all(abs(total - 1) < 1e-4 for total in per_head), per_head
+            assert all(0.5 <= a <= 1 for a in layer["b_reads_a_rule"])
     assert kept and all(torch.equal(p.detach()[i], start) for _, p, i, start in kept)
     model = kept[0][0]
     docs = nsp.encode_documents(load_tokenizer(tmp_path / "tok"), nsp.load_documents(valid))
@@ -584,3 +590,13 @@ def test_nsp_diagnosis_trains_as_the_trainer_and_screens_the_head(pooling, tmp_p
         out = model.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
         cls = torch.tanh(model.bert.pooler(out.last_hidden_state[:, 0]))
     assert torch.allclose(out.pooler_output, cls) == (pooling == "cls")
+
+
+def test_nsp_diagnosis_best_cut_splits_between_values_only():
+    """The one-feature rule's accuracy: a perfect split either way is 1.0; a constant feature, whose ties
+    cannot be cut, scores the majority label, not a split that separates equal values."""
+    best_cut = load("nsp_diagnosis.py").best_cut_accuracy
+    f, y = torch.tensor([0.1, 0.2, 0.3, 0.9, 0.8, 0.7]), torch.tensor([0, 0, 0, 1, 1, 1])
+    assert best_cut(f, y) == best_cut(-f, y) == 1.0
+    assert best_cut(torch.zeros(5), torch.tensor([0, 0, 0, 1, 1])) == pytest.approx(0.6)
+    assert best_cut(torch.tensor([1.0, 1.0, 2.0, 2.0]), torch.tensor([0, 1, 1, 1])) == pytest.approx(0.75)
