@@ -45,7 +45,7 @@ from nanobert.data.corpus import load_documents
 from nanobert.data.masking import MaskingCollator
 from nanobert.data.nsp import nsp_epoch_batches
 from nanobert.engine.optimizer import build_optimizer, lr_multiplier
-from nanobert.initialization import keep_roles
+from nanobert.initialization import keep_roles, what_heads
 from nanobert.model import BertForPreTraining
 from nanobert.objectives.mlm_nsp import eval_instances, mlm_nsp_metrics
 from nanobert.pretraining.recipes import preset_configs
@@ -70,8 +70,31 @@ def cls_at_the_centre(model: BertForPreTraining, positions: int = 128) -> None:
     model.bert.embeddings.word_embeddings.weight[CLS_ID].zero_()
 
 
+@torch.no_grad()
+def segment_values(model: BertForPreTraining, scale: float = 1.0) -> None:
+    """The "what" heads' values start carrying the segment: the first value unit of each "what" head reads
+    the difference of the two segment rows (unit length, times `scale`), and the attention output writes
+    that unit back along the same direction. A "what" head attends to the token itself and to the same word
+    elsewhere in the pair; the value of a copy is the copy's word, indistinguishable from the token's own,
+    so what the head found is not written anywhere. With the segment in the value, a token of B that finds
+    its words in A gets A's segment in its output, in proportion to the match: the lexical overlap written
+    into every B token's state from step 0, for [CLS] (whose blank "what" query averages every token) or a
+    mean to read."""
+    config, bert = model.config, model.bert
+    H, head_dim = config.hidden_size, config.hidden_size // config.num_attention_heads
+    diff = bert.embeddings.token_type_embeddings.weight[0] - bert.embeddings.token_type_embeddings.weight[1]
+    diff = diff / diff.norm()
+    for layer in bert.layers:
+        qkv, out = layer.attention.qkv, layer.attention.output
+        for h in what_heads(config):
+            unit = 2 * H + h * head_dim  # the head's first value row
+            qkv.weight[unit] = diff * scale
+            qkv.bias[unit] = 0.0
+            out.weight[:, h * head_dim] = diff * scale
+
+
 # Starts the model has no option for; the roles start is `--set attention_init=roles`.
-STARTS = {"cls-centre": cls_at_the_centre}
+STARTS = {"cls-centre": cls_at_the_centre, "segment-values": segment_values}
 
 
 def force_cls_attention(model: BertForPreTraining, mode: str) -> None:
