@@ -247,14 +247,8 @@ def parse_args(argv=None):
     return args
 
 
-def main() -> None:
-    args = parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    amp_dtype = torch.bfloat16 if args.precision == "bf16" else None
-    dtype = amp_dtype or torch.float32
-    batches = make_inputs(4, args.mask_prob)
-    n_masked = statistics.mean(float((b["labels"] != -100).sum()) for b in batches)
+def build_sides(args, amp_dtype) -> dict[str, Step]:
+    """The steps timed side by side (REV, this tree, this tree compiled), all given this tree's weights."""
     with tempfile.TemporaryDirectory() as tmp:
         sides = {}
         if args.before:
@@ -267,6 +261,33 @@ def main() -> None:
     state = sides["this tree"].model.state_dict()
     for step in sides.values():
         step.model.load_state_dict(state)
+    return sides
+
+
+def compile_payback(times: dict[str, list[float]], report: dict) -> None:
+    """Compiled against eager: the ratio, compilation's own seconds (the warm-up less its 3 steps), and the
+    steps after which the compiled run has made as many as the eager one would have (n * (eager - compiled)
+    = those seconds)."""
+    eager, compiled = (statistics.median(times[n]) for n in ("this tree", "this tree, compiled"))
+    report["compiled_ratio"] = eager / compiled
+    cost = report["compile_warmup_s"] - 3 * compiled
+    even = cost / (eager - compiled) if eager > compiled else None
+    report["compile_pays_back_after_steps"] = even
+    print(
+        f"compiled / eager: {eager / compiled:.2f}x tokens/s; compiling took {cost:.1f} s, "
+        + (f"paid back after {even:,.0f} steps" if even else "never paid back")
+    )
+
+
+def main() -> None:
+    args = parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    amp_dtype = torch.bfloat16 if args.precision == "bf16" else None
+    dtype = amp_dtype or torch.float32
+    batches = make_inputs(4, args.mask_prob)
+    n_masked = statistics.mean(float((b["labels"] != -100).sum()) for b in batches)
+    sides = build_sides(args, amp_dtype)
     flops = useful_flops(sides["this tree"].config, 32, 128, n_masked)
     peak = matmul_peak(amp_dtype)
     report = {"precision": args.precision, "threads": torch.get_num_threads(), "torch": torch.__version__,
@@ -302,17 +323,7 @@ def main() -> None:
         report["ratio"] = ratio
         print(f"this tree / before: {ratio:.2f}x tokens/s")
     if args.compile:
-        eager, compiled = (statistics.median(times[n]) for n in ("this tree", "this tree, compiled"))
-        report["compiled_ratio"] = eager / compiled
-        # compilation's own seconds (the warm-up less its 3 steps); the compiled run has made as many steps
-        # as the eager one would have after n steps, where n * (eager - compiled) = those seconds
-        cost = report["compile_warmup_s"] - 3 * compiled
-        even = cost / (eager - compiled) if eager > compiled else None
-        report["compile_pays_back_after_steps"] = even
-        print(
-            f"compiled / eager: {eager / compiled:.2f}x tokens/s; compiling took {cost:.1f} s, "
-            + (f"paid back after {even:,.0f} steps" if even else "never paid back")
-        )
+        compile_payback(times, report)
     if args.profile:
         report["profiles"] = {}
         for name, step in reversed(eager_sides.items()):  # a compiled step's kernels have no kinds here
