@@ -176,20 +176,12 @@ def best_cut_accuracy(feature: torch.Tensor, labels: torch.Tensor) -> float:
     return (torch.maximum(correct, n - correct).max() / n).item()
 
 
-@torch.no_grad()
-def probe_figures(model: BertForPreTraining, batches, ridge: float = 10.0) -> dict[str, float]:
+def linear_probes(feats: dict[str, list[torch.Tensor]], labels: torch.Tensor, ridge: float = 10.0) -> dict:
     """Whether the pair relation is in the final states before the NSP head reads it: a linear probe (ridge
     regression on standardized features, fit on the first half of the held-out pairs, scored on the second)
-    of [CLS]'s final state, and of the mean of every real token's. Where the mean decodes the pair and
-    [CLS] does not, what is missing is [CLS]'s gathering, not the representation."""
-    feats, labels = {"cls": [], "mean": []}, []
-    for batch in batches:
-        h = model.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).last_hidden_state
-        m = batch["attention_mask"][..., None].float()
-        feats["cls"].append(h[:, 0])
-        feats["mean"].append((h * m).sum(1) / m.sum(1))
-        labels.append(batch["next_sentence_label"])
-    y = torch.cat(labels).float() * 2 - 1  # +1: random B
+    of each feature (`cls`: [CLS]'s final state; `mean`: the mean of every real token's). Where the mean
+    decodes the pair and [CLS] does not, what is missing is [CLS]'s gathering, not the representation."""
+    y = labels.float() * 2 - 1  # +1: random B
     half = len(y) // 2
     out = {}
     for name, parts in feats.items():
@@ -220,15 +212,20 @@ def pooler_figures(model: BertForPreTraining, batch: dict[str, torch.Tensor]) ->
     }
 
 
-def held_out_figures(model, batches) -> dict[str, float]:
+def held_out_figures(model, batches) -> tuple[dict[str, float], dict[str, float]]:
+    """The held-out figures and, from the same pass over the pairs, the linear probes of the final states."""
     figures = mlm_nsp_metrics(model, batches, "cpu")
-    answers = []
+    answers, feats = [], {"cls": [], "mean": []}
     with torch.no_grad():
         for batch in batches:
             enc = model.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
             answers.append(model.nsp_head(enc.pooler_output).argmax(-1))
+            h, m = enc.last_hidden_state, batch["attention_mask"][..., None].float()
+            feats["cls"].append(h[:, 0])
+            feats["mean"].append((h * m).sum(1) / m.sum(1))
     figures["answers_follows"] = (torch.cat(answers) == 0).float().mean().item()
-    return figures
+    labels = torch.cat([batch["next_sentence_label"] for batch in batches])
+    return figures, linear_probes(feats, labels)
 
 
 def snapshot(model: BertForPreTraining, step: int, batch, probe, held_out) -> dict:
@@ -239,9 +236,8 @@ def snapshot(model: BertForPreTraining, step: int, batch, probe, held_out) -> di
         "grad": gradient_figures(model, batch),
         "cls_attention": cls_attention(model, probe),
         "pooler": pooler_figures(model, probe),
-        "held_out": held_out_figures(model, held_out),
-        "probe": probe_figures(model, held_out),
     }
+    line["held_out"], line["probe"] = held_out_figures(model, held_out)
     model.zero_grad(set_to_none=True)
     return line
 

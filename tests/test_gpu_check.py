@@ -73,14 +73,7 @@ def test_static_layout_gives_every_batch_one_shape_and_the_same_losses(throughpu
     assert len(shapes) == 1
     assert len({(b["query_positions"].shape, b["mlm_positions"].shape) for b in batches}) > 1  # it had work
     model = BertForPreTraining(tiny_config).eval()
-    keys = (
-        "input_ids",
-        "token_type_ids",
-        "labels",
-        "next_sentence_label",
-        "query_positions",
-        "mlm_positions",
-    )
+    keys = throughput.TRAINER_KEYS
     for before, after in zip(batches, static, strict=True):
         a = model(**{k: before[k] for k in keys}, return_logits=False)
         b = model(**{k: after[k] for k in keys}, return_logits=False)
