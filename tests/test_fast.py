@@ -34,9 +34,12 @@ def test_dropout_masks_follow_torch_seed_and_differ_between_calls():
     assert not torch.equal(a, b)
 
 
+@pytest.mark.parametrize("group", [fast.LOSS_GROUP_ROWS, 700])
 @pytest.mark.parametrize("dtype", [None, torch.bfloat16])
-def test_linear_cross_entropy_matches_linear_then_cross_entropy(dtype):
-    """The chunked loss (several chunks, ignored rows, autocast or not): same loss and gradients."""
+def test_linear_cross_entropy_matches_linear_then_cross_entropy(dtype, group, monkeypatch):
+    """The chunked loss (several chunks, ignored rows, autocast or not; one weight-gradient group, or
+    two that end inside a chunk): the same loss and gradients as the plain computation."""
+    monkeypatch.setattr(fast, "LOSS_GROUP_ROWS", group)
     torch.manual_seed(0)
     N, H, V = 2 * LOSS_CHUNK_ROWS + 37, 24, 101
     h = torch.randn(N, H, requires_grad=True)
