@@ -179,8 +179,10 @@ def best_cut_accuracy(feature: torch.Tensor, labels: torch.Tensor) -> float:
 def linear_probes(feats: dict[str, list[torch.Tensor]], labels: torch.Tensor, ridge: float = 10.0) -> dict:
     """Whether the pair relation is in the final states before the NSP head reads it: a linear probe (ridge
     regression on standardized features, fit on the first half of the held-out pairs, scored on the second)
-    of each feature (`cls`: [CLS]'s final state; `mean`: the mean of every real token's). Where the mean
-    decodes the pair and [CLS] does not, what is missing is [CLS]'s gathering, not the representation."""
+    of each feature (`cls`: [CLS]'s final state; `mean`: the mean of every real token's; `b`: the mean of
+    segment B's). Where a mean decodes the pair and [CLS] does not, what is missing is [CLS]'s gathering, not
+    the representation; the mean of all tokens can cancel what B's mean holds (A's tokens reading B mirror
+    B's reading A), so `b` is the mean a [CLS] that reads B would see."""
     y = labels.float() * 2 - 1  # +1: random B
     half = len(y) // 2
     out = {}
@@ -215,14 +217,16 @@ def pooler_figures(model: BertForPreTraining, batch: dict[str, torch.Tensor]) ->
 def held_out_figures(model, batches) -> tuple[dict[str, float], dict[str, float]]:
     """The held-out figures and, from the same pass over the pairs, the linear probes of the final states."""
     figures = mlm_nsp_metrics(model, batches, "cpu")
-    answers, feats = [], {"cls": [], "mean": []}
+    answers, feats = [], {"cls": [], "mean": [], "b": []}
     with torch.no_grad():
         for batch in batches:
             enc = model.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
             answers.append(model.nsp_head(enc.pooler_output).argmax(-1))
             h, m = enc.last_hidden_state, batch["attention_mask"][..., None].float()
+            b = m * batch["token_type_ids"][..., None]  # segment B's tokens (its [SEP] too)
             feats["cls"].append(h[:, 0])
             feats["mean"].append((h * m).sum(1) / m.sum(1))
+            feats["b"].append((h * b).sum(1) / b.sum(1).clamp_min(1))
     figures["answers_follows"] = (torch.cat(answers) == 0).float().mean().item()
     labels = torch.cat([batch["next_sentence_label"] for batch in batches])
     return figures, linear_probes(feats, labels)
