@@ -70,6 +70,54 @@ def test_the_length_schedule_switches_at_an_epoch_boundary_and_resumes():
         assert all(torch.equal(want[k], got[k]) for k in want)
 
 
+def test_whole_words_are_masked_while_the_run_is_young_and_the_mode_resumes():
+    """With whole_word_mask_share, epochs that start before that share of the run mask whole words, later
+    ones single pieces; the mode in use travels with the stream state."""
+    word_start = torch.ones(50, dtype=torch.bool)
+    word_start[30:] = False  # ids 30-49 are "##" pieces: each word here is a start and two of them
+    docs = [[[5 + (d + s) % 20, 30 + s % 20, 31 + s % 19] * 3 for s in range(20)] for d in range(6)]
+    cfg = TrainConfig(
+        max_seq_len=24, batch_size=4, mask_prob=0.3, whole_word_mask=True, whole_word_mask_share=0.5
+    )
+
+    def split_words(batch) -> int:  # words left partly masked
+        ids, masked = batch["input_ids"], batch["labels"] != -100
+        tokens = torch.where(masked, batch["labels"], ids)
+        after_special = torch.nn.functional.pad(tokens[:, :-1] < 5, (1, 0), value=True)
+        start = word_start[tokens] | after_special  # a piece after [CLS] / [SEP] starts a word, as in masking
+        word = torch.cumsum(start.long(), dim=1)
+        split = 0
+        for row in range(ids.size(0)):
+            for w in word[row].unique():
+                inside = masked[row][word[row] == w]
+                split += int(bool(inside.any()) and not bool(inside.all()))
+        return split
+
+    stream = BatchStream(docs, cfg, masking_collator(cfg, word_start))
+    assert stream.whole_words and split_words(stream.next()) == 0
+    stream.set_progress(0.7)  # past the share: the epoch under way keeps masking whole words
+    batches = []
+    while stream.epoch == 0:
+        batches.append(stream.next())  # the last is the next epoch's first
+    assert sum(split_words(b) for b in batches[:-1]) == 0 and not stream.whole_words
+    later = batches[-1:] + [stream.next() for _ in range(3)]
+    assert sum(split_words(b) for b in later) > 0  # single pieces: some words are masked in part
+    state = stream.state_dict()
+    ahead = [stream.next() for _ in range(3)]
+    again = BatchStream(docs, cfg, masking_collator(cfg, word_start, seed=99))  # progress 0: the state wins
+    again.load_state_dict(state)
+    assert not again.whole_words
+    for want in ahead:
+        got = again.next()
+        assert all(torch.equal(want[k], got[k]) for k in want)
+
+
+def masking_collator(cfg: TrainConfig, word_start: torch.Tensor, seed: int = 3) -> MaskingCollator:
+    return MaskingCollator(
+        50, mask_prob=cfg.mask_prob, seed=seed, whole_word_mask=True, word_start=word_start
+    )
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Data too small for a batch: a one-line error, never an endless search for one
 

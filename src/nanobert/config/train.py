@@ -31,6 +31,9 @@ class TrainConfig:
     max_predictions: int | None = None  # cap on masked positions per sequence (None: no cap)
     short_seq_prob: float = 0.1  # Google's probability of a shorter target length, so short inputs are seen
     whole_word_mask: bool = False
+    # with whole_word_mask: epochs that start in the first whole_word_mask_share of the run mask whole words,
+    # later epochs single pieces (1.0: the whole run)
+    whole_word_mask_share: float = 1.0
     # sequence-length schedule (BERT's was 128 then 512): epochs that start in the first short_seq_share of
     # the run cut windows of short_seq_len tokens, in batches of proportionally more rows so that a step
     # holds as many tokens; later epochs and every evaluation use max_seq_len
@@ -123,6 +126,7 @@ class TrainConfig:
                 f"at least 8 and below max_seq_len ({self.max_seq_len}), or None",
             ),
             ("short_seq_share", 0.0 <= self.short_seq_share < 1.0, "in [0, 1)"),
+            ("whole_word_mask_share", 0.0 < self.whole_word_mask_share <= 1.0, "in (0, 1]"),
             (
                 "checkpoint_interval",
                 self.checkpoint_interval is None or self.checkpoint_interval >= 1,
@@ -179,13 +183,18 @@ class TrainConfig:
             seq_len = self.short_seq_len
         return seq_len, self.batch_size * self.max_seq_len // seq_len
 
+    def epoch_whole_words(self, progress: float) -> bool:
+        """Whether an epoch that starts when `progress` of the run is done masks whole words."""
+        return self.whole_word_mask and progress < self.whole_word_mask_share
+
 
 # TrainConfig's sections, in order: a reader finds a setting by what it is for.
 SECTIONS: dict[str, tuple[str, ...]] = {
     "what is learned": ("objective", "causal_fraction", "seed"),
     "the data": (
         "vocab_size", "tokenizer_min_frequency", "max_seq_len", "mask_prob", "max_predictions",
-        "short_seq_prob", "whole_word_mask", "short_seq_len", "short_seq_share", "dupe_factor",
+        "short_seq_prob", "whole_word_mask", "whole_word_mask_share", "short_seq_len", "short_seq_share",
+        "dupe_factor",
         "bucket_by_length", "pad_to_multiple_of",
     ),
     "the start the recipe keeps": ("keep_roles",),

@@ -129,9 +129,10 @@ class BatchStream:
     `source` is a tokenized corpus (a list, see `CorpusInstances`) or a `WindowedInstances` over a prepared
     corpus; an epoch is its windows in turn. With `world_size > 1` every rank walks the same global batches
     and keeps its share (`shard_batch`). Each epoch's window length and batch size are chosen when it starts,
-    from the fraction of the run the loop last reported (`set_progress`; `TrainConfig.epoch_shape`). Its
-    position (epoch, window, index, that shape) plus the collator's generator state is all a resume needs. A
-    source whose whole epoch gives no batch is a NanobertError, never an endless search for one.
+    from the fraction of the run the loop last reported (`set_progress`; `TrainConfig.epoch_shape`), and so is
+    whether it masks whole words (`TrainConfig.epoch_whole_words`). Its position (epoch, window, index, that
+    shape and masking) plus the collator's generator state is all a resume needs. A source whose whole epoch
+    gives no batch is a NanobertError, never an endless search for one.
     """
 
     def __init__(
@@ -149,6 +150,7 @@ class BatchStream:
         self.epoch, self.window, self.index = 0, 0, 0
         self.progress = 0.0  # the fraction of the run done, as the training loop last said
         self.shape = cfg.epoch_shape(self.progress)  # this epoch's (window length, batch size)
+        self.whole_words = cfg.epoch_whole_words(self.progress)  # and whether it masks whole words
         self._batches: list | None = None
 
     def set_progress(self, progress: float) -> None:
@@ -197,6 +199,9 @@ class BatchStream:
                     raise self._empty_epoch()
                 self.epoch, self.window, empty = self.epoch + 1, 0, True
                 self.shape = self.cfg.epoch_shape(self.progress)
+                self.whole_words = self.cfg.epoch_whole_words(self.progress)
+        if self.cfg.whole_word_mask:  # the collator masks as the epoch does (whole_word_mask_share)
+            self.collator.whole_word_mask = self.whole_words
         batch = self.collator(self._load()[self.index])
         self.index += 1
         batch = shard_batch(batch, self.rank, self.world_size)
@@ -214,6 +219,7 @@ class BatchStream:
             "index": self.index,
             "seq_len": self.shape[0],
             "batch_size": self.shape[1],
+            "whole_words": self.whole_words,
             "collator": self.collator.state_dict(),
         }
 
@@ -222,6 +228,7 @@ class BatchStream:
         self.window = int(state.get("window", 0))  # checkpoints from before windows had one per epoch
         full = self.cfg.max_seq_len, self.cfg.batch_size  # and from before the length schedule
         self.shape = int(state.get("seq_len", full[0])), int(state.get("batch_size", full[1]))
+        self.whole_words = bool(state.get("whole_words", self.cfg.whole_word_mask))  # older: the whole run
         self._batches = None
         self.collator.load_state_dict(state["collator"])
 
