@@ -47,7 +47,7 @@ from nanobert.data.nsp import nsp_epoch_batches
 from nanobert.engine.optimizer import build_optimizer, lr_multiplier
 from nanobert.initialization import keep_roles
 from nanobert.model import BertForPreTraining
-from nanobert.objectives.mlm_nsp import eval_instances, mlm_nsp_metrics
+from nanobert.objectives.mlm_nsp import eval_instances, masking_collator, mlm_nsp_metrics
 from nanobert.pretraining.recipes import preset_configs
 from nanobert.tokenizer import (
     IGNORE_INDEX,
@@ -292,9 +292,7 @@ def train(args: argparse.Namespace) -> None:
     autocast = (
         torch.autocast("cpu", dtype=torch.bfloat16) if cfg.precision == "bf16" else contextlib.nullcontext()
     )
-    collator = MaskingCollator(
-        model_config.vocab_size, cfg.mask_prob, pad_to_multiple_of=cfg.pad_to_multiple_of, seed=cfg.seed
-    )
+    collator = masking_collator(cfg, tokenizer, model_config.vocab_size)  # the trainer's (whole words too)
 
     def stream():
         for epoch in itertools.count():
