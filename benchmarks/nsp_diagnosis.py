@@ -38,7 +38,7 @@ import json
 import time
 
 import torch
-from nsp_screens import STARTS, force_cls_attention, nsp_on_the_mean, with_head_lr
+from nsp_screens import STARTS, balanced_nsp_loss, force_cls_attention, nsp_on_the_mean, with_head_lr
 
 from nanobert.cli.overrides import parse_overrides
 from nanobert.data.corpus import load_documents
@@ -77,6 +77,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--nsp-weight", type=float, default=1.0, help="the NSP term's weight in the loss")
     p.add_argument("--mlm-weight", type=float, default=1.0, help="the MLM term's weight (0: NSP alone)")
     p.add_argument("--nsp-pooling", choices=["cls", "mean"], default="cls", help="what the NSP head reads")
+    p.add_argument("--nsp-balanced", action="store_true", help="the NSP loss with each class weighted alike")
     p.add_argument("--head-lr", type=float, default=1.0, help="the pooler's and NSP head's rate, x peak")
     p.add_argument("--force-cls", choices=("uniform", "segments"), help="fix [CLS]'s last-layer attention")
     p.add_argument("--masking", action="store_true", help="measure the masking instead of training")
@@ -320,7 +321,10 @@ def train(args: argparse.Namespace) -> None:
             group["lr"] = lr * group.get("lr_scale", 1.0)
         with autocast:
             out = model(**batch)
-        (args.mlm_weight * out.mlm_loss + args.nsp_weight * out.nsp_loss).backward()
+        nsp_loss = out.nsp_loss
+        if args.nsp_balanced:
+            nsp_loss = balanced_nsp_loss(out.seq_relationship_logits, batch["next_sentence_label"])
+        (args.mlm_weight * out.mlm_loss + args.nsp_weight * nsp_loss).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

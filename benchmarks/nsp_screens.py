@@ -1,5 +1,6 @@
 """The interventions `nsp_diagnosis.py` screens: starts the model has no option for, a fixed [CLS] attention,
-an NSP head on the mean of the tokens, and a faster rate for the pooler and the head.
+an NSP head on the mean of the tokens, a faster rate for the pooler and the head, and a class-balanced NSP
+loss.
 
 Each takes the model (and what it needs) and changes it in place, before the loop's first step.
 """
@@ -119,3 +120,16 @@ def with_head_lr(model: BertForPreTraining, optimizer, head_lr: float, cfg) -> t
                 scale = group.get("lr_scale", 1.0) * (head_lr if in_head else 1.0)
                 groups.append({**group, "params": params, "lr_scale": scale})
     return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(0.9, 0.999), eps=cfg.adam_eps)
+
+
+def balanced_nsp_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The NSP cross-entropy with each class weighted to half of the batch, whatever its share.
+
+    Batches bucketed by length hold 22% to 94% true pairs (random B's are the shorter), so the plain loss's
+    gradient on the head is mostly "answer the batch's majority": the held-out answers swing between all
+    "follows" and all "random" while the features that tell a pair get little of it. Balanced, a constant
+    answer earns nothing, so what moves the head is what separates the pairs. A class missing from the batch
+    leaves the other's mean alone."""
+    ce = torch.nn.functional.cross_entropy(logits.float(), labels, reduction="none")
+    per_class = [ce[labels == c].mean() for c in (0, 1) if bool((labels == c).any())]
+    return torch.stack(per_class).mean()
