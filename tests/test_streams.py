@@ -93,7 +93,7 @@ def test_whole_words_are_masked_while_the_run_is_young_and_the_mode_resumes():
                 split += int(bool(inside.any()) and not bool(inside.all()))
         return split
 
-    stream = BatchStream(docs, cfg, masking_collator(cfg, word_start))
+    stream = BatchStream(docs, cfg, whole_word_collator(cfg, word_start))
     assert stream.whole_words and split_words(stream.next()) == 0
     stream.set_progress(0.7)  # past the share: the epoch under way keeps masking whole words
     batches = []
@@ -104,7 +104,7 @@ def test_whole_words_are_masked_while_the_run_is_young_and_the_mode_resumes():
     assert sum(split_words(b) for b in later) > 0  # single pieces: some words are masked in part
     state = stream.state_dict()
     ahead = [stream.next() for _ in range(3)]
-    again = BatchStream(docs, cfg, masking_collator(cfg, word_start, seed=99))  # progress 0: the state wins
+    again = BatchStream(docs, cfg, whole_word_collator(cfg, word_start, seed=99))  # the state wins
     again.load_state_dict(state)
     assert not again.whole_words
     for want in ahead:
@@ -112,7 +112,7 @@ def test_whole_words_are_masked_while_the_run_is_young_and_the_mode_resumes():
         assert all(torch.equal(want[k], got[k]) for k in want)
 
 
-def masking_collator(cfg: TrainConfig, word_start: torch.Tensor, seed: int = 3) -> MaskingCollator:
+def whole_word_collator(cfg: TrainConfig, word_start: torch.Tensor, seed: int = 3) -> MaskingCollator:
     return MaskingCollator(
         50, mask_prob=cfg.mask_prob, seed=seed, whole_word_mask=True, word_start=word_start
     )

@@ -194,8 +194,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "the data": (
         "vocab_size", "tokenizer_min_frequency", "max_seq_len", "mask_prob", "max_predictions",
         "short_seq_prob", "whole_word_mask", "whole_word_mask_share", "short_seq_len", "short_seq_share",
-        "dupe_factor",
-        "bucket_by_length", "pad_to_multiple_of",
+        "dupe_factor", "bucket_by_length", "pad_to_multiple_of",
     ),
     "the start the recipe keeps": ("keep_roles",),
     "the optimiser": (
