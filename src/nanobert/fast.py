@@ -117,9 +117,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
         x = torch.zeros((N, K), dtype=dtype, device=h.device)
         x[:, :H] = h
         x[:, H] = 1
-        # [weight | bias] in the weight's own (V, K) layout: the logits' matmul reads it transposed at the
-        # same speed, where building it as a contiguous (K, V) block was a strided copy (3.0 ms of a 67 ms
-        # bf16 step of the first run on the AMX Xeon, against 0.25 ms).
+        # [weight | bias] in the weight's own (V, K) layout: the logits' matmul reads it transposed within
+        # 0.04 ms a chunk, where building it as a contiguous (K, V) block was a strided copy (3.0 ms a bf16
+        # step of the first run on the AMX Xeon, against 0.22 ms: record 2026-12-06-bf16-step).
         w_vk = torch.zeros((V, K), dtype=dtype, device=h.device)
         w_vk[:, :H] = weight
         w_vk[:, H] = bias
@@ -132,7 +132,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         chunk = loss_chunk_rows(h.device)
         # In bf16 the chunks' probabilities are kept for one weight-gradient product per group of rows: one
         # (K, G) @ (G, V) product beat G / C products of the chunks, each rounded, converted and added to
-        # the fp32 sum (with the layout above, the loss 21.9 -> 17.1 ms at the first run's shape on the AMX
+        # the fp32 sum (with the layout above, the loss 24.2 -> 18.8 ms at the first run's shape on the AMX
         # Xeon). fp32 accumulates each chunk in place while it is in cache (a group read from memory, fp32's
         # 4 bytes a probability, was the slower).
         group = chunk if fp32 else max(chunk, LOSS_GROUP_ROWS)
