@@ -130,14 +130,14 @@ def test_the_first_run_on_a_gpu_leaves_its_shape_to_the_steps_the_device_makes()
         build_configs("wikitext2-gpu", train_overrides={"min_planned_steps": 0})
 
 
-def test_the_first_run_leaves_its_depth_to_the_passes_it_can_make():
-    from nanobert.pretraining.recipes import DEPTH_PASSES, new_run_configs
+def test_the_first_run_leaves_its_depth_to_the_steps_it_can_make():
+    from nanobert.pretraining.recipes import DEPTH_STEPS, new_run_configs
 
     model, train, chosen, note = new_run_configs(None, None, "cpu", {}, {})
-    assert (chosen, model.num_hidden_layers, train.shallow_below_passes) == ("wikitext2-cpu", 4, DEPTH_PASSES)
-    assert "4 layers or 2 by the passes over the corpus it allows" in note
+    assert (chosen, model.num_hidden_layers, train.shallow_below_steps) == ("wikitext2-cpu", 4, DEPTH_STEPS)
+    assert "4 layers or 2 by the steps it allows" in note
     _, train, _, _ = new_run_configs(None, None, "cpu", {}, {"time_budget": 1800.0})
-    assert train.shallow_below_passes == DEPTH_PASSES  # a longer first run still chooses
+    assert train.shallow_below_steps == DEPTH_STEPS  # a longer first run still chooses
     # the preset asked for by name, a depth or a threshold set, the toy corpus and a GPU keep what they say
     for preset, data, device, model_over, train_over in [
         ("wikitext2-cpu", None, "cpu", {}, {}),
@@ -146,11 +146,11 @@ def test_the_first_run_leaves_its_depth_to_the_passes_it_can_make():
         (None, None, "cuda", {}, {}),
     ]:
         _, train, _, note = new_run_configs(preset, data, device, model_over, train_over)
-        assert train.shallow_below_passes is None and "by the passes" not in (note or "")
-    _, train, _, _ = new_run_configs(None, None, "cpu", {}, {"shallow_below_passes": 7.0})
-    assert train.shallow_below_passes == 7.0
-    with pytest.raises(NanobertError, match="shallow_below_passes must be positive"):
-        build_configs("wikitext2-cpu", train_overrides={"shallow_below_passes": 0.0})
+        assert train.shallow_below_steps is None and "by the steps" not in (note or "")
+    _, train, _, _ = new_run_configs(None, None, "cpu", {}, {"shallow_below_steps": 700})
+    assert train.shallow_below_steps == 700
+    with pytest.raises(NanobertError, match="shallow_below_steps must be at least 1"):
+        build_configs("wikitext2-cpu", train_overrides={"shallow_below_steps": 0})
 
 
 def test_the_toy_corpus_holds_the_peak_rate_except_for_the_hybrid():

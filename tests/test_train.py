@@ -436,8 +436,8 @@ def test_an_output_that_is_a_file_or_an_endless_length_is_one_line(tmp_path, cap
     assert not (tmp_path / "e").exists()
 
 
-def test_depth_follows_the_passes_the_plan_gives(tmp_path, capsys, monkeypatch):
-    """shallow_below_passes: below the threshold the run trains half the layers, initialised and trained
+def test_depth_follows_the_steps_the_plan_gives(tmp_path, capsys, monkeypatch):
+    """shallow_below_steps: below the threshold the run trains half the layers, initialised and trained
     exactly as a run asking for that depth; at or above it, the layers asked for. A resume keeps the depth."""
     from safetensors.torch import load_file
 
@@ -446,9 +446,7 @@ def test_depth_follows_the_passes_the_plan_gives(tmp_path, capsys, monkeypatch):
     def layers(run):
         return json.loads((run / "last" / "config.json").read_text())["model"]["num_hidden_layers"]
 
-    assert (
-        pretrain(tmp_path, tmp_path / "auto", "--max-steps", "6", "--set", "shallow_below_passes=1000") == 0
-    )
+    assert pretrain(tmp_path, tmp_path / "auto", "--max-steps", "6", "--set", "shallow_below_steps=1000") == 0
     tokenizer = ["--tokenizer", str(tmp_path / "auto" / "last")]  # WordPiece may break ties differently
     assert (
         pretrain(tmp_path, tmp_path / "asked", "--max-steps", "6", *tokenizer, "--set", "num_hidden_layers=1")
@@ -459,20 +457,18 @@ def test_depth_follows_the_passes_the_plan_gives(tmp_path, capsys, monkeypatch):
     assert auto.keys() == asked.keys() and all(torch.equal(auto[k], asked[k]) for k in auto)
     resumed = ["pretrain", "--resume", str(tmp_path / "auto" / "last"), "--max-steps", "8", "--quiet"]
     assert main(resumed) == 0 and layers(tmp_path / "auto") == 1
-    assert (
-        pretrain(tmp_path, tmp_path / "deep", "--max-steps", "6", "--set", "shallow_below_passes=0.01") == 0
-    )
+    assert pretrain(tmp_path, tmp_path / "deep", "--max-steps", "6", "--set", "shallow_below_steps=1") == 0
     assert layers(tmp_path / "deep") == 2
-    # a time budget's passes come from a timed step (here a fixed 0.5 s), and the log says how it chose
+    # a time budget's steps come from a timed step (here a fixed 0.5 s), and the log says how it chose
     capsys.readouterr()
     monkeypatch.setattr(nanobert.pretraining.size_rule, "step_seconds", lambda *step: 0.5)
     timed = tmp_path / "timed"
     argv = ["pretrain", "--train", str(tmp_path / "corpus.txt"), "--out", str(timed), "--device", "cpu"]
-    assert main([*argv, "--time-budget", "2", "--set", *TINY_SET, "shallow_below_passes=1000"]) == 0
+    assert main([*argv, "--time-budget", "2", "--set", *TINY_SET, "shallow_below_steps=1000"]) == 0
     said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("nanobert: depth")]
     assert layers(timed) == 1 and len(said) == 1, said
     assert said[0].startswith("nanobert: depth 1 layers (auto: 2 layers would make ~4 steps in 2 s at 500 ms")
-    assert "passes of" in said[0] and "below 1000 passes half the layers learn more" in said[0]
+    assert "below 1,000 steps half the layers learn more in the same time" in said[0]
 
 
 def test_a_gpu_first_run_trains_the_largest_shape_that_makes_its_steps(tmp_path, capsys, monkeypatch):

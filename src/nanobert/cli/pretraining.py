@@ -16,7 +16,7 @@ from nanobert.cli.common import (
 # --set's parsing (over config) and the recipes are plain Python: no torch at start-up
 from nanobert.cli.overrides import parse_overrides
 from nanobert.errors import positive_int
-from nanobert.pretraining.recipes import PRESETS, new_run_configs
+from nanobert.pretraining.recipes import DEPTH_STEPS, PRESETS, new_run_configs
 
 
 def _add_pretrain(sub) -> None:
@@ -42,7 +42,7 @@ def _add_pretrain(sub) -> None:
     p.add_argument(
         "--preset",
         help="model/recipe preset (default: toy for --data toy, else wikitext2-cpu on CPU, with 2 layers "
-        "instead of 4 when the budget allows 4 fewer than 100 passes, and small on GPU); "
+        f"instead of 4 when the budget allows 4 fewer than {DEPTH_STEPS:,} steps, and small on GPU); "
         "see `nanobert presets`",
     )
     p.add_argument("--out", help="output directory (default: runs/PRESET-TIMESTAMP)")

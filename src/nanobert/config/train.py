@@ -65,10 +65,10 @@ class TrainConfig:
     epochs: float | None = None
     time_budget: float | None = None  # seconds of training; steps are re-planned from the measured speed
     # the size rules
-    # depth that follows the data a run can cover: a new run whose length (for a time budget, at the step
-    # rate measured before it starts) gives the model fewer passes over its corpus than this trains half its
-    # layers instead; None: the layers as configured. The first run with no options sets it (DEPTH_PASSES).
-    shallow_below_passes: float | None = None
+    # depth that follows the steps a run can make: a new run whose length (for a time budget, at the step
+    # rate of the configured depth measured before it starts) gives fewer steps than this trains half its
+    # layers instead; None: the layers as configured. The first run with no options sets it (DEPTH_STEPS).
+    shallow_below_steps: int | None = None
     # size that follows the device: a new run with a time budget times one step of each shape of
     # `recipes.GPU_SHAPES` here and trains the largest that leaves at least this many steps in the budget;
     # None: the shape as configured. The first run with no options on a GPU sets it (GPU_MIN_STEPS).
@@ -157,9 +157,9 @@ class TrainConfig:
                 "positive and finite",
             ),
             (
-                "shallow_below_passes",
-                self.shallow_below_passes is None or 0 < self.shallow_below_passes < math.inf,
-                "positive and finite, or None",
+                "shallow_below_steps",
+                self.shallow_below_steps is None or self.shallow_below_steps >= 1,
+                "at least 1, or None",
             ),
             (
                 "min_planned_steps",
@@ -202,7 +202,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
         "adam_eps", "warmup_ratio", "min_lr_ratio", "decay_ratio", "grad_clip",
     ),
     "the length": ("max_steps", "epochs", "time_budget"),
-    "the size rules": ("shallow_below_passes", "min_planned_steps"),
+    "the size rules": ("shallow_below_steps", "min_planned_steps"),
     "evaluation and saving": (
         "eval_interval", "eval_batch_size", "eval_seed", "log_interval", "checkpoint_interval",
         "early_stopping_patience", "stop_at_accuracy", "best_margin",

@@ -7,8 +7,8 @@ every other choice in one place, and its log says each one:
 - **the recipe**: `toy` for the toy corpus; on a CPU `wikitext2-cpu`, the measured recipe for few cores;
   on a GPU `wikitext2-gpu`, its start at a batch that keeps a GPU busy;
 - **the length**: `DEFAULT_BUDGET` seconds (about 15 minutes on a laptop CPU, 3 on a GPU);
-- **the depth** (CPU recipe): half the layers where the plan gives four fewer than `DEPTH_PASSES` passes over
-  the corpus, a step timed on this machine (`size_rule.choose_depth`);
+- **the depth** (CPU recipe): half the layers where the plan gives four fewer than `DEPTH_STEPS` steps, a
+  step timed on this machine (`size_rule.choose_depth`);
 - **the shape** (GPU recipe): the largest of `GPU_SHAPES` whose step, timed on the device, leaves
   `GPU_MIN_STEPS` steps in the budget (`size_rule.choose_shape`);
 - **the precision**: fp32 or bf16 autocast, whichever a timed step says is faster here
@@ -179,9 +179,11 @@ def preset_configs(preset: str, **fields: Any) -> tuple[ModelConfig, TrainConfig
 LENGTH_FIELDS = ("max_steps", "epochs", "time_budget")
 # A first run with no options: about 15 minutes on a laptop CPU, about 3 minutes on a GPU.
 DEFAULT_BUDGET = {"cpu": 900.0, "cuda": 180.0}
-# The CPU recipe's four layers pay for their slower steps only with passes over the corpus: they lost to two
-# layers at a few passes and won from ~100 (records 2026-11-25-depth-at-a-slow-budget, 2026-11-27-depth-rule).
-DEPTH_PASSES = 100.0
+# The CPU recipe's four layers pay for their slower steps (1.6x two layers') once a run makes several
+# thousand of them: in the time of the AVX2 first run's 3,338 two-layer steps two layers learned more masked
+# words, in the time of 12,000 four did (8,000 steps), on two seeds each (record 2026-12-06-first-run-depth).
+# The threshold is on the timed estimate, which evaluations and the optimizer trim by about 15% in a run.
+DEPTH_STEPS = 5000
 # The GPU first run's shapes, largest first: it trains the largest whose step, timed on the device, leaves
 # GPU_MIN_STEPS steps in its budget (on the CPU the recipe leaves the frequent-words plateau within ~500
 # steps and keeps climbing to a few thousand: records 2026-11-29-plateau-screens, 2026-11-29-step-protocol).
@@ -201,7 +203,7 @@ def new_run_configs(
     With no preset: `toy` for the toy corpus, the measured CPU recipe on a CPU (its tiny shape makes the
     most of few cores), its GPU counterpart on a GPU, and a first-run length of `DEFAULT_BUDGET` seconds.
     A run whose length nobody chose gets that budget too. The CPU recipe without `--preset` leaves its depth
-    to the passes the run can make (`shallow_below_passes=DEPTH_PASSES`) unless the layers or that threshold
+    to the steps the run can make (`shallow_below_steps=DEPTH_STEPS`) unless the layers or that threshold
     are set; the GPU recipe leaves its shape to the steps the device makes (`min_planned_steps=GPU_MIN_STEPS`)
     unless a shape field or that threshold is set. The note says what was chosen when the user did not.
     """
@@ -213,8 +215,8 @@ def new_run_configs(
     if chosen == "toy":
         _toy_next_word(train_overrides)
     given = {*model_overrides, *train_overrides}
-    if not preset and chosen == "wikitext2-cpu" and not {"num_hidden_layers", "shallow_below_passes"} & given:
-        train_overrides["shallow_below_passes"] = DEPTH_PASSES
+    if not preset and chosen == "wikitext2-cpu" and not {"num_hidden_layers", "shallow_below_steps"} & given:
+        train_overrides["shallow_below_steps"] = DEPTH_STEPS
     shape_fields = {"num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size"}
     if not preset and chosen == "wikitext2-gpu" and not {*shape_fields, "min_planned_steps"} & given:
         train_overrides["min_planned_steps"] = GPU_MIN_STEPS
@@ -232,9 +234,9 @@ def new_run_configs(
         else f"{train_config.time_budget:.0f} s"
     )
     depth = ""
-    if train_config.shallow_below_passes is not None:
+    if train_config.shallow_below_steps is not None:
         layers = model_config.num_hidden_layers
-        depth = f", {layers} layers or {max(1, layers // 2)} by the passes over the corpus it allows"
+        depth = f", {layers} layers or {max(1, layers // 2)} by the steps it allows"
     if train_config.min_planned_steps is not None:
         shapes = " / ".join(GPU_SHAPES)
         depth = f", the largest shape of {shapes} that makes {train_config.min_planned_steps:,} steps in it"
@@ -264,7 +266,7 @@ def pair_note(train_config: TrainConfig, attention_init: str, preset: str | None
 
 __all__ = [
     "DEFAULT_BUDGET",
-    "DEPTH_PASSES",
+    "DEPTH_STEPS",
     "GPU_MIN_STEPS",
     "GPU_SHAPES",
     "LENGTH_FIELDS",

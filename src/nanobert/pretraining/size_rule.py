@@ -1,11 +1,12 @@
 """The first run's size, chosen by timing a step here: the depth on a CPU, the shape on a GPU.
 
-At equal CPU time two layers of 128 beat four at a few passes over the corpus and lose at a few hundred
-(records 2026-11-25-depth-at-a-slow-budget, 2026-11-27-depth-rule), so `TrainConfig.shallow_below_passes`
-(which the CPU first run sets) lets a new run choose its depth before it starts, from its length and, for a
-time budget, a step timed on this machine. A GPU's first run has steps to spare at the CPU's size, so
-`TrainConfig.min_planned_steps` (which the GPU first run sets) times one step of each shape of
-`recipes.GPU_SHAPES` on the device and trains the largest that leaves that many steps in the budget.
+At equal CPU time four layers of 128 learn more than two once the run makes several thousand four-layer
+steps, and fewer below (record 2026-12-06-first-run-depth; on a 217k-word corpus, with an earlier recipe,
+2026-11-27-depth-rule), so `TrainConfig.shallow_below_steps` (which the CPU first run sets) lets a new run
+choose its depth before it starts, from its length and, for a time budget, a step timed on this machine. A
+GPU's first run has steps to spare at the CPU's size, so `TrainConfig.min_planned_steps` (which the GPU first
+run sets) times one step of each shape of `recipes.GPU_SHAPES` on the device and trains the largest that
+leaves that many steps in the budget.
 """
 
 from __future__ import annotations
@@ -85,26 +86,22 @@ def choose_depth(
     ctx: Distributed, device: torch.device, cfg: TrainConfig, model: torch.nn.Module, stream: BatchStream
 ) -> tuple[torch.nn.Module, str | None]:
     """`model`, or a fresh one with half its layers where the plan gives it fewer than
-    `cfg.shallow_below_passes` passes over the corpus, and a sentence saying which and why (None when that
-    field is None: the layers as configured). A time budget's steps come from `time_step`."""
-    if cfg.shallow_below_passes is None:
+    `cfg.shallow_below_steps` steps, and a sentence saying which and why (None when that field is None: the
+    layers as configured). A time budget's steps come from `time_step`."""
+    if cfg.shallow_below_steps is None:
         return model, None
-    steps_per_epoch = stream.steps_per_epoch()
     layers = model.config.num_hidden_layers
     if cfg.time_budget is None:
-        steps = cfg.max_steps or cfg.epochs * steps_per_epoch
-        how = f"{steps:,.0f} steps"
+        steps = cfg.max_steps or cfg.epochs * stream.steps_per_epoch()
+        why = f"{layers} layers make {steps:,.0f} steps"
     else:
         seconds = time_step(ctx, device, cfg, model)
         steps = cfg.time_budget / seconds
-        how = f"~{steps:,.0f} steps in {cfg.time_budget:.0f} s at {seconds * 1e3:.0f} ms a step"
-    passes = steps / steps_per_epoch
-    why = (
-        f"{layers} layers would make {how}, {passes:.1f} passes of {steps_per_epoch:,} steps over the corpus"
-    )
-    threshold = f"{cfg.shallow_below_passes:g} passes"
-    if passes >= cfg.shallow_below_passes or layers < 2:
-        return model, f"{layers} layers (auto: {why}; at least {threshold})"
+        how = f"in {cfg.time_budget:.0f} s at {seconds * 1e3:.0f} ms a step"
+        why = f"{layers} layers would make ~{steps:,.0f} steps {how}"
+    threshold = f"{cfg.shallow_below_steps:,} steps"
+    if steps >= cfg.shallow_below_steps or layers < 2:
+        return model, f"{layers} layers (auto: {why}; from {threshold} they learn more than half as many)"
     shallow = _fresh(ctx, device, cfg, dataclasses.replace(model.config, num_hidden_layers=layers // 2))
     return (
         shallow,
