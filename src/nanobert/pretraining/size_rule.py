@@ -1,12 +1,12 @@
 """The first run's size, chosen by timing a step here: the depth on a CPU, the shape on a GPU.
 
-At equal CPU time four layers of 128 learn more than two once the run makes several thousand four-layer
-steps, and fewer below (record 2026-12-06-first-run-depth; on a 217k-word corpus, with an earlier recipe,
-2026-11-27-depth-rule), so `TrainConfig.shallow_below_steps` (which the CPU first run sets) lets a new run
-choose its depth before it starts, from its length and, for a time budget, a step timed on this machine. A
-GPU's first run has steps to spare at the CPU's size, so `TrainConfig.min_planned_steps` (which the GPU first
-run sets) times one step of each shape of `recipes.GPU_SHAPES` on the device and trains the largest that
-leaves that many steps in the budget.
+At equal CPU time four layers of 128 learn more than two once the run makes several thousand four-layer steps,
+and fewer below (record 2026-12-06-first-run-depth; with an earlier recipe, 2026-11-27-depth-rule), so
+`TrainConfig.shallow_below_steps` (which the CPU first run sets) lets a new run choose its depth before it
+starts, from its length and, for a time budget, a step timed on this machine. A GPU's first run has steps to
+spare at the CPU's size, so `TrainConfig.min_planned_steps` (which the GPU first run sets) times one step of
+each shape of `recipes.GPU_SHAPES` on the device and trains the largest that leaves that many steps in the
+budget.
 """
 
 from __future__ import annotations
@@ -97,8 +97,10 @@ def choose_depth(
     else:
         seconds = time_step(ctx, device, cfg, model)
         steps = cfg.time_budget / seconds
-        how = f"in {cfg.time_budget:.0f} s at {seconds * 1e3:.0f} ms a step"
-        why = f"{layers} layers would make ~{steps:,.0f} steps {how}"
+        why = (
+            f"{layers} layers would make ~{steps:,.0f} steps in {cfg.time_budget:.0f} s "
+            f"at {seconds * 1e3:.0f} ms a step"
+        )
     threshold = f"{cfg.shallow_below_steps:,} steps"
     if steps >= cfg.shallow_below_steps or layers < 2:
         return model, f"{layers} layers (auto: {why}; from {threshold} they learn more than half as many)"
