@@ -78,6 +78,8 @@ def test_the_length_schedule_keeps_tokens_per_step():
         ("learning_rate", float("nan"), "learning_rate must be positive"),
         ("seed", -1, r"seed must be in \[0, 2\*\*63\)"),
         ("seed", 2**64, r"seed must be in \[0, 2\*\*63\)"),
+        ("nsp_loss_weight", 0.0, "nsp_loss_weight must be positive and finite"),
+        ("nsp_loss_weight", float("inf"), "nsp_loss_weight must be positive and finite"),
     ],
 )
 def test_optimiser_and_data_settings_are_range_checked(field, value, message):
@@ -85,6 +87,13 @@ def test_optimiser_and_data_settings_are_range_checked(field, value, message):
     wrong): AdamW's own checks, range(0, n, 0), a negative count handed to Rust."""
     with pytest.raises(NanobertError, match=message):
         build_configs("toy", train_overrides={field: value})
+
+
+def test_only_the_objective_with_a_next_sentence_term_weighs_it():
+    _, train = build_configs("toy", train_overrides={"nsp_loss_weight": 4.0})
+    assert train.nsp_loss_weight == 4.0
+    with pytest.raises(NanobertError, match="nsp_loss_weight weighs the next-sentence term"):
+        build_configs("toy", train_overrides={"nsp_loss_weight": 4.0, "objective": "causal"})
 
 
 def test_a_nan_model_setting_is_refused():

@@ -204,6 +204,48 @@ def test_the_recipe_keeps_the_pair_by_default_and_another_start_steps_aside(tmp_
     assert not (tmp_path / "asked").exists()  # refused before any work: no folder, no tokenizer
 
 
+def test_a_weighted_next_sentence_term_scales_its_gradient_and_the_log_says_so(tmp_path, capsys):
+    """nsp_loss_weight multiplies the NSP term in the loss that is backpropagated (the logged terms stay
+    unweighted), and a run with it says so in its log; BERT's plain sum says nothing."""
+    from nanobert.config import TrainConfig
+    from nanobert.model import BertForPreTraining
+    from nanobert.objectives.mlm_nsp import mlm_nsp_loss, mlm_nsp_sample
+
+    cfg = TrainConfig(batch_size=3, max_seq_len=16, seed=5)
+    model = BertForPreTraining(
+        ModelConfig(
+            vocab_size=40,
+            hidden_size=12,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=20,
+            max_position_embeddings=16,
+        )
+    )
+    model.eval()  # no dropout: the two forwards see the same function
+    heads = [p for n, p in model.named_parameters() if n.startswith("nsp_head")]
+    grads = {}
+    for weight in (1.0, 4.0):
+        model.zero_grad()
+        out = mlm_nsp_loss(model, mlm_nsp_sample(cfg, 40), nsp_weight=weight)
+        torch.testing.assert_close(out["loss"], out["mlm_loss"] + weight * out["nsp_loss"])
+        out["loss"].backward()
+        grads[weight] = [p.grad.clone() for p in heads]
+    assert heads and all(torch.allclose(4 * a, b) for a, b in zip(grads[1.0], grads[4.0], strict=True))
+
+    argv = ["pretrain", "--train", str(write_corpus(tmp_path / "corpus.txt")), "--device", "cpu"]
+    code = main(
+        [*argv, "--out", str(tmp_path / "w"), "--max-steps", "2", "--set", *TINY_SET, "nsp_loss_weight=4"]
+    )
+    err = capsys.readouterr().err
+    assert code == 0 and "the loss is MLM + 4 x NSP (nsp_loss_weight" in err
+    assert (
+        json.loads((tmp_path / "w" / "last" / "config.json").read_text())["train"]["nsp_loss_weight"] == 4.0
+    )
+    code = main([*argv, "--out", str(tmp_path / "plain"), "--max-steps", "2", "--set", *TINY_SET])
+    assert code == 0 and "nsp_loss_weight" not in capsys.readouterr().err
+
+
 def test_the_log_says_when_next_sentence_is_not_learned_yet():
     """A head that answers one label for every pair scores the majority label's share: the run's last lines
     say so and what to do, instead of leaving a user to read 0.57 as a weak model."""

@@ -22,6 +22,8 @@ class TrainConfig:
     # checks it (config stands below the registry and cannot import it).
     objective: str = "mlm_nsp"
     causal_fraction: float = 1 / 16  # hybrid: the share of batches that are next-word (GPT-BERT's 1 in 16)
+    # mlm_nsp: the NSP term's weight in the loss (BERT's plain sum: 1); the log says when it is not 1
+    nsp_loss_weight: float = 1.0
     seed: int = 1337
     # the data
     vocab_size: int = 8192  # WordPiece size to train; the model's vocab_size follows the trained tokenizer
@@ -100,6 +102,11 @@ class TrainConfig:
             raise NanobertError(
                 f"train config: set only one of max_steps, epochs, time_budget (got {lengths})"
             )
+        if self.nsp_loss_weight != 1.0 and self.objective != "mlm_nsp":
+            raise NanobertError(
+                f"train config: nsp_loss_weight weighs the next-sentence term, which objective "
+                f"{self.objective!r} has not; leave it at 1 or use objective mlm_nsp"
+            )
         check_fields(
             "train config",
             self,
@@ -120,6 +127,7 @@ class TrainConfig:
             ("max_seq_len", self.max_seq_len >= 8, "at least 8"),
             ("mask_prob", 0.0 < self.mask_prob < 1.0, "in (0, 1)"),
             ("causal_fraction", 0.0 <= self.causal_fraction <= 1.0, "in [0, 1]"),
+            ("nsp_loss_weight", 0.0 < self.nsp_loss_weight < math.inf, "positive and finite"),
             (
                 "short_seq_len",
                 self.short_seq_len is None or 8 <= self.short_seq_len < self.max_seq_len,
@@ -190,7 +198,7 @@ class TrainConfig:
 
 # TrainConfig's sections, in order: a reader finds a setting by what it is for.
 SECTIONS: dict[str, tuple[str, ...]] = {
-    "what is learned": ("objective", "causal_fraction", "seed"),
+    "what is learned": ("objective", "causal_fraction", "nsp_loss_weight", "seed"),
     "the data": (
         "vocab_size", "tokenizer_min_frequency", "max_seq_len", "mask_prob", "max_predictions",
         "short_seq_prob", "whole_word_mask", "whole_word_mask_share", "short_seq_len", "short_seq_share",

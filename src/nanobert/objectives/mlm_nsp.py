@@ -32,12 +32,16 @@ from nanobert.tokenizer import IGNORE_INDEX, MASK_ID
 METRIC_KEYS = ("mlm_loss", "mlm_accuracy", "mlm_perplexity", "nsp_loss", "nsp_accuracy")
 
 
-def mlm_nsp_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """This rank's part of the global batch's MLM + NSP loss (`streams.shard_batch`'s `loss_share`)."""
+def mlm_nsp_loss(
+    model: torch.nn.Module, batch: dict[str, torch.Tensor], nsp_weight: float = 1.0
+) -> dict[str, torch.Tensor]:
+    """This rank's part of the global batch's MLM + NSP loss (`streams.shard_batch`'s `loss_share`), the
+    NSP term times `nsp_weight` (the train config's nsp_loss_weight; BERT's sum at 1). The terms are
+    returned unweighted, for the log."""
     share = batch.pop("loss_share")
     out = model(**batch, return_logits=False)  # the loss in chunks, without the (N, V) logits
     mlm, nsp = out.mlm_loss * share[0], out.nsp_loss * share[1]
-    return {"loss": mlm + nsp, "mlm_loss": mlm, "nsp_loss": nsp}
+    return {"loss": mlm + nsp * nsp_weight, "mlm_loss": mlm, "nsp_loss": nsp}
 
 
 def mlm_nsp_held_out_loss(metrics: dict[str, float]) -> float:

@@ -27,6 +27,7 @@ import math
 import random
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -68,7 +69,7 @@ from nanobert.model import BertForPreTraining
 from nanobert.objectives.mlm_nsp import nsp_not_learned
 from nanobert.objectives.registry import OBJECTIVES, Objective, objective_of
 from nanobert.pretraining.longer import longer_command, longer_note
-from nanobert.pretraining.recipes import pair_note
+from nanobert.pretraining.recipes import loss_note, pair_note
 from nanobert.pretraining.resume import continue_records, refuse_a_finished_run
 from nanobert.pretraining.size_rule import choose_size
 from nanobert.tokenizer import encode_documents, load_tokenizer, tokenizer_digest, train_tokenizer
@@ -347,7 +348,7 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
         optimizer=optimizer,
         feeder=feeder(s.stream, device),
         data_state=s.stream.state_dict(),
-        loss=objective.loss,
+        loss=partial(objective.loss, nsp_weight=cfg.nsp_loss_weight) if loss_note(cfg) else objective.loss,
         evaluate=lambda: objective.metrics(model, s.eval_batches, device, amp_dtype),
         save=save,
         device=device,
@@ -363,7 +364,7 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
     log = RunLog(s.out_dir, plan.total_steps, run.step, quiet, write=s.ctx.is_main)
     log.say(f"nanobert: precision {why}")
     log.say(f"nanobert: {reproduced_by(cfg, s.tokenizer)}")
-    for note in (s.size_note, pair_note(cfg, model.config.attention_init, preset)):
+    for note in (s.size_note, pair_note(cfg, model.config.attention_init, preset), loss_note(cfg)):
         if note:
             log.say(f"nanobert: {note}")
     if s.resume is not None:

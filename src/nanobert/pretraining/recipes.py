@@ -264,6 +264,13 @@ def pair_note(train_config: TrainConfig, attention_init: str, preset: str | None
     return 'keep_roles=false: the "what" heads train freely and may lose the word match'
 
 
+def loss_note(train_config: TrainConfig) -> str | None:
+    """The log's line on a weighted loss term, or None for BERT's plain MLM + NSP sum."""
+    if train_config.nsp_loss_weight == 1.0:
+        return None
+    return f"the loss is MLM + {train_config.nsp_loss_weight:g} x NSP (nsp_loss_weight; BERT's sum: 1)"
+
+
 __all__ = [
     "DEFAULT_BUDGET",
     "DEPTH_STEPS",
@@ -273,6 +280,7 @@ __all__ = [
     "MODEL_PRESETS",
     "PRESETS",
     "build_configs",
+    "loss_note",
     "new_run_configs",
     "pair_note",
     "preset_configs",
