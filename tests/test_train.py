@@ -2,7 +2,7 @@ import json
 
 import pytest
 import torch
-from helpers import TINY_SET, write_corpus
+from helpers import TINY_MODEL, TINY_SET, write_corpus
 
 from nanobert.cli import main
 from nanobert.config import ModelConfig
@@ -212,22 +212,13 @@ def test_a_weighted_next_sentence_term_scales_its_gradient_and_the_log_says_so(t
     from nanobert.objectives.mlm_nsp import mlm_nsp_loss, mlm_nsp_sample
 
     cfg = TrainConfig(batch_size=3, max_seq_len=16, seed=5)
-    model = BertForPreTraining(
-        ModelConfig(
-            vocab_size=40,
-            hidden_size=12,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            intermediate_size=20,
-            max_position_embeddings=16,
-        )
-    )
+    model = BertForPreTraining(ModelConfig(**TINY_MODEL))
     model.eval()  # no dropout: the two forwards see the same function
     heads = [p for n, p in model.named_parameters() if n.startswith("nsp_head")]
     grads = {}
     for weight in (1.0, 4.0):
         model.zero_grad()
-        out = mlm_nsp_loss(model, mlm_nsp_sample(cfg, 40), nsp_weight=weight)
+        out = mlm_nsp_loss(model, mlm_nsp_sample(cfg, TINY_MODEL["vocab_size"]), nsp_weight=weight)
         torch.testing.assert_close(out["loss"], out["mlm_loss"] + weight * out["nsp_loss"])
         out["loss"].backward()
         grads[weight] = [p.grad.clone() for p in heads]

@@ -348,7 +348,7 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
         optimizer=optimizer,
         feeder=feeder(s.stream, device),
         data_state=s.stream.state_dict(),
-        loss=partial(objective.loss, nsp_weight=cfg.nsp_loss_weight) if loss_note(cfg) else objective.loss,
+        loss=objective.loss if (w := cfg.nsp_loss_weight) == 1 else partial(objective.loss, nsp_weight=w),
         evaluate=lambda: objective.metrics(model, s.eval_batches, device, amp_dtype),
         save=save,
         device=device,
