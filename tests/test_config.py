@@ -162,6 +162,29 @@ def test_the_first_run_leaves_its_depth_to_the_steps_it_can_make():
         build_configs("wikitext2-cpu", train_overrides={"shallow_below_steps": 0})
 
 
+def test_the_first_run_trains_a_halved_depth_at_the_short_run_rate_unless_a_rate_is_set():
+    from nanobert.pretraining.recipes import SHORT_RUN_RATE, new_run_configs
+
+    _, train, _, note = new_run_configs(None, None, "cpu", {}, {"max_steps": 1000})
+    assert (train.shallow_learning_rate, train.learning_rate) == (SHORT_RUN_RATE, 1e-3)
+    assert f"(those at a rate of {SHORT_RUN_RATE:g})" in note
+    # a rate or a warm-up set, or the rate set for the halved depth, is what the run trains at
+    for given, expected in [
+        ({"learning_rate": 5e-4}, None),
+        ({"warmup_ratio": 0.1}, None),
+        ({"shallow_learning_rate": 3e-3}, 3e-3),
+    ]:
+        _, train, _, note = new_run_configs(None, None, "cpu", {}, given)
+        assert train.shallow_learning_rate == expected and ("those at a rate" in note) == (
+            expected is not None
+        )
+    _, train, _, _ = new_run_configs("wikitext2-cpu", None, "cpu", {}, {})
+    assert train.shallow_learning_rate is None
+    for bad in (0.0, -1e-3, float("nan"), float("inf")):
+        with pytest.raises(NanobertError, match="shallow_learning_rate must be positive and finite, or None"):
+            build_configs("wikitext2-cpu", train_overrides={"shallow_learning_rate": bad})
+
+
 def test_the_toy_corpus_holds_the_peak_rate_except_for_the_hybrid():
     from nanobert.pretraining.recipes import new_run_configs
 

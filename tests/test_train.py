@@ -504,6 +504,67 @@ def test_depth_follows_the_steps_the_plan_gives(tmp_path, capsys, monkeypatch):
     assert "below 1,000 steps half the layers learn more in the same time" in said[0]
 
 
+def test_a_halved_run_trains_at_the_short_run_rate_warmed_up_over_its_floor(tmp_path, capsys, monkeypatch):
+    """shallow_learning_rate: the run the depth rule halves trains at that rate, warming up over at least
+    SHORT_RUN_WARMUP_STEPS (capped at half the run), exactly as a run asking for that depth, rate and warm-up;
+    the saved config says what it trained with and the log says why. A deep run keeps its own rate."""
+    from safetensors.torch import load_file
+
+    import nanobert.pretraining.size_rule
+
+    def trained(run):
+        train = json.loads((run / "last" / "config.json").read_text())["train"]
+        return train["learning_rate"], train["warmup_ratio"]
+
+    short = ["--set", "shallow_below_steps=1000", "shallow_learning_rate=3e-3"]
+    assert pretrain(tmp_path, tmp_path / "auto", "--max-steps", "6", *short) == 0
+    assert trained(tmp_path / "auto") == (3e-3, 0.5)  # 180 warm-up steps of 6, capped at half of them
+    asked = [
+        "--tokenizer",
+        str(tmp_path / "auto" / "last"),
+        "--set",
+        "num_hidden_layers=1",
+        "learning_rate=3e-3",
+    ]
+    assert pretrain(tmp_path, tmp_path / "asked", "--max-steps", "6", *asked, "warmup_ratio=0.5") == 0
+    auto, asked = (load_file(tmp_path / r / "last" / "model.safetensors") for r in ("auto", "asked"))
+    assert auto.keys() == asked.keys() and all(torch.equal(auto[k], asked[k]) for k in auto)
+    deep = ["--set", "shallow_below_steps=1", "shallow_learning_rate=3e-3", "learning_rate=7e-4"]
+    assert pretrain(tmp_path, tmp_path / "deep", "--max-steps", "6", *deep) == 0
+    assert trained(tmp_path / "deep") == (7e-4, 0.06)
+    # a time budget's floor counts the halved model's own timed steps: 1,000 of 2 ms in 2 s, so 18% warm-up
+    # (the two-layer timing, 4 ms, would give 36%)
+    capsys.readouterr()
+
+    def two_ms_a_layer(model, *step):
+        return 0.002 * model.config.num_hidden_layers
+
+    monkeypatch.setattr(nanobert.pretraining.size_rule, "step_seconds", two_ms_a_layer)
+    argv = [
+        "pretrain",
+        "--train",
+        str(tmp_path / "corpus.txt"),
+        "--out",
+        str(tmp_path / "timed"),
+        "--device",
+        "cpu",
+    ]
+    assert main([*argv, "--time-budget", "2", "--set", *TINY_SET, *short[1:]]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("nanobert: depth")]
+    assert trained(tmp_path / "timed") == (3e-3, 0.18) and len(said) == 1, said
+    assert "at a peak rate of 0.003, warming up over ~180 steps (shallow_learning_rate" in said[0]
+
+
+def test_the_short_run_rate_keeps_a_longer_warm_up_and_caps_a_short_one():
+    from nanobert.config import TrainConfig
+    from nanobert.pretraining.size_rule import short_run_rate
+
+    cfg = TrainConfig(learning_rate=1e-3, warmup_ratio=0.06, shallow_learning_rate=2e-3)
+    for steps, warmup_ratio in [(5529, 0.06), (1000, 0.18), (99, 0.5)]:
+        chosen = short_run_rate(cfg, steps)
+        assert (chosen.learning_rate, chosen.warmup_ratio) == (2e-3, warmup_ratio)
+
+
 def test_a_gpu_first_run_trains_the_largest_shape_that_makes_its_steps(tmp_path, capsys, monkeypatch):
     """min_planned_steps: each shape of GPU_SHAPES is timed (here: fixed times, largest slowest) and the
     largest that leaves that many steps in the budget trains; the log says which and why."""

@@ -71,6 +71,10 @@ class TrainConfig:
     # rate of the configured depth measured before it starts) gives fewer steps than this trains half its
     # layers instead; None: the layers as configured. The first run with no options sets it (DEPTH_STEPS).
     shallow_below_steps: int | None = None
+    # the short run's rate: a run that rule halves trains at this peak rate instead of learning_rate, warming
+    # up over at least `recipes.SHORT_RUN_WARMUP_STEPS` of its steps (`size_rule.short_run_rate`); None:
+    # learning_rate. The first run with no options sets it (SHORT_RUN_RATE) unless a rate or warm-up is set.
+    shallow_learning_rate: float | None = None
     # size that follows the device: a new run with a time budget times one step of each shape of
     # `recipes.GPU_SHAPES` here and trains the largest that leaves at least this many steps in the budget;
     # None: the shape as configured. The first run with no options on a GPU sets it (GPU_MIN_STEPS).
@@ -165,19 +169,30 @@ class TrainConfig:
                 "positive and finite",
             ),
             (
+                "device",
+                self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
+                "auto, cpu or cuda",
+            ),
+            *self._size_rule_ranges(),
+        ]
+
+    def _size_rule_ranges(self) -> list[tuple[str, bool, str]]:
+        """The size rules' fields with their ranges, as `_ranges`."""
+        return [
+            (
                 "shallow_below_steps",
                 self.shallow_below_steps is None or self.shallow_below_steps >= 1,
                 "at least 1, or None",
             ),
             (
+                "shallow_learning_rate",
+                self.shallow_learning_rate is None or 0 < self.shallow_learning_rate < math.inf,
+                "positive and finite, or None",
+            ),
+            (
                 "min_planned_steps",
                 self.min_planned_steps is None or self.min_planned_steps >= 1,
                 "at least 1, or None",
-            ),
-            (
-                "device",
-                self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
-                "auto, cpu or cuda",
             ),
         ]
 
@@ -210,7 +225,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
         "adam_eps", "warmup_ratio", "min_lr_ratio", "decay_ratio", "grad_clip",
     ),
     "the length": ("max_steps", "epochs", "time_budget"),
-    "the size rules": ("shallow_below_steps", "min_planned_steps"),
+    "the size rules": ("shallow_below_steps", "shallow_learning_rate", "min_planned_steps"),
     "evaluation and saving": (
         "eval_interval", "eval_batch_size", "eval_seed", "log_interval", "checkpoint_interval",
         "early_stopping_patience", "stop_at_accuracy", "best_margin",

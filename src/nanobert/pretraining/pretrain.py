@@ -193,7 +193,9 @@ def _setup(
     )
     if resume_state is not None:
         refuse_a_finished_run(resume, resume_state, _plan(cfg, stream, None))
-    model, size_note = (data.model, None) if resume else choose_size(ctx, device, cfg, data.model, stream)
+    model, cfg, size_note = (
+        (data.model, cfg, None) if resume else choose_size(ctx, device, cfg, data.model, stream)
+    )
     if ctx.is_main and not in_place:
         prepare_out_dir(out_dir, overwrite, need=checkpoint_bytes(model, trainer_state=True))
     return _Setup(

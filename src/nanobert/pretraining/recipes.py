@@ -8,7 +8,8 @@ every other choice in one place, and its log says each one:
   on a GPU `wikitext2-gpu`, its start at a batch that keeps a GPU busy;
 - **the length**: `DEFAULT_BUDGET` seconds (about 15 minutes on a laptop CPU, 3 on a GPU);
 - **the depth** (CPU recipe): half the layers where the plan gives four fewer than `DEPTH_STEPS` steps, a
-  step timed on this machine (`size_rule.choose_depth`);
+  step timed on this machine (`size_rule.choose_depth`), and those few steps at twice the rate
+  (`SHORT_RUN_RATE`, warmed up over at least `SHORT_RUN_WARMUP_STEPS`);
 - **the shape** (GPU recipe): the largest of `GPU_SHAPES` whose step, timed on the device, leaves
   `GPU_MIN_STEPS` steps in the budget (`size_rule.choose_shape`);
 - **the precision**: fp32 or bf16 autocast, whichever a timed step says is faster here
@@ -184,6 +185,11 @@ DEFAULT_BUDGET = {"cpu": 900.0, "cuda": 180.0}
 # words, in the time of 12,000 four did (8,000 steps), on two seeds each (record 2026-12-06-first-run-depth).
 # The threshold is on the timed estimate, which evaluations and the optimizer trim by about 15% in a run.
 DEPTH_STEPS = 5000
+# ... and the two layers it then trains learn more at twice the recipe's rate, warmed up over at least 180
+# steps: at 1,000 / 3,338 / 5,529 steps (2026-12-06-short-run-rate). Not for long runs: at 12,000 steps
+# of two layers the doubled rate learned next sentence later (2026-12-06-nsp-onset-by-seed).
+SHORT_RUN_RATE = 2e-3
+SHORT_RUN_WARMUP_STEPS = 180
 # The GPU first run's shapes, largest first: it trains the largest whose step, timed on the device, leaves
 # GPU_MIN_STEPS steps in its budget (on the CPU the recipe leaves the frequent-words plateau within ~500
 # steps and keeps climbing to a few thousand: records 2026-11-29-plateau-screens, 2026-11-29-step-protocol).
@@ -204,8 +210,9 @@ def new_run_configs(
     most of few cores), its GPU counterpart on a GPU, and a first-run length of `DEFAULT_BUDGET` seconds.
     A run whose length nobody chose gets that budget too. The CPU recipe without `--preset` leaves its depth
     to the steps the run can make (`shallow_below_steps=DEPTH_STEPS`) unless the layers or that threshold
-    are set; the GPU recipe leaves its shape to the steps the device makes (`min_planned_steps=GPU_MIN_STEPS`)
-    unless a shape field or that threshold is set. The note says what was chosen when the user did not.
+    are set, and trains the halved depth at `SHORT_RUN_RATE` unless a rate or warm-up is set; the GPU
+    recipe leaves its shape to the steps the device makes (`min_planned_steps=GPU_MIN_STEPS`) unless a
+    shape field or that threshold is set. The note says what was chosen when the user did not.
     """
     recipe = "wikitext2-cpu" if device_type == "cpu" else "wikitext2-gpu"
     chosen = preset or ("toy" if data == "toy" else recipe)
@@ -217,6 +224,8 @@ def new_run_configs(
     given = {*model_overrides, *train_overrides}
     if not preset and chosen == "wikitext2-cpu" and not {"num_hidden_layers", "shallow_below_steps"} & given:
         train_overrides["shallow_below_steps"] = DEPTH_STEPS
+        if not {"learning_rate", "warmup_ratio"} & given:
+            train_overrides.setdefault("shallow_learning_rate", SHORT_RUN_RATE)
     shape_fields = {"num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size"}
     if not preset and chosen == "wikitext2-gpu" and not {*shape_fields, "min_planned_steps"} & given:
         train_overrides["min_planned_steps"] = GPU_MIN_STEPS
@@ -237,6 +246,8 @@ def new_run_configs(
     if train_config.shallow_below_steps is not None:
         layers = model_config.num_hidden_layers
         depth = f", {layers} layers or {max(1, layers // 2)} by the steps it allows"
+        if train_config.shallow_learning_rate is not None:
+            depth += f" (those at a rate of {train_config.shallow_learning_rate:g})"
     if train_config.min_planned_steps is not None:
         shapes = " / ".join(GPU_SHAPES)
         depth = f", the largest shape of {shapes} that makes {train_config.min_planned_steps:,} steps in it"
@@ -279,6 +290,8 @@ __all__ = [
     "LENGTH_FIELDS",
     "MODEL_PRESETS",
     "PRESETS",
+    "SHORT_RUN_RATE",
+    "SHORT_RUN_WARMUP_STEPS",
     "build_configs",
     "loss_note",
     "new_run_configs",

@@ -20,18 +20,18 @@ from nanobert.data.streams import BatchStream
 from nanobert.engine.distributed import Distributed
 from nanobert.engine.precision import step_seconds, training_precision
 from nanobert.objectives.registry import objective_of
-from nanobert.pretraining.recipes import GPU_SHAPES, MODEL_PRESETS
+from nanobert.pretraining.recipes import GPU_SHAPES, MODEL_PRESETS, SHORT_RUN_WARMUP_STEPS
 
 
 def choose_size(
     ctx: Distributed, device: torch.device, cfg: TrainConfig, model: torch.nn.Module, stream: BatchStream
-) -> tuple[torch.nn.Module, str | None]:
+) -> tuple[torch.nn.Module, TrainConfig, str | None]:
     """`model`, or a fresh one of the size the run's config asks to choose (`choose_shape`, then
-    `choose_depth`), and a sentence saying which and why, "shape ..." or "depth ..." (None when nothing was
-    left to choose)."""
+    `choose_depth`), the config the run then trains with (a halved depth may bring its own rate), and a
+    sentence saying which and why, "shape ..." or "depth ..." (None when nothing was left to choose)."""
     model, shape = choose_shape(ctx, device, cfg, model)
-    model, depth = choose_depth(ctx, device, cfg, model, stream)
-    return model, f"shape {shape}" if shape else f"depth {depth}" if depth else None
+    model, cfg, depth = choose_depth(ctx, device, cfg, model, stream)
+    return model, cfg, f"shape {shape}" if shape else f"depth {depth}" if depth else None
 
 
 def time_step(ctx: Distributed, device: torch.device, cfg: TrainConfig, model: torch.nn.Module) -> float:
@@ -84,12 +84,13 @@ def choose_shape(
 
 def choose_depth(
     ctx: Distributed, device: torch.device, cfg: TrainConfig, model: torch.nn.Module, stream: BatchStream
-) -> tuple[torch.nn.Module, str | None]:
+) -> tuple[torch.nn.Module, TrainConfig, str | None]:
     """`model`, or a fresh one with half its layers where the plan gives it fewer than
-    `cfg.shallow_below_steps` steps, and a sentence saying which and why (None when that field is None: the
-    layers as configured). A time budget's steps come from `time_step`."""
+    `cfg.shallow_below_steps` steps; the config it trains with (`short_run_rate` for the halved one where
+    `cfg.shallow_learning_rate` is set); and a sentence saying which and why (None when that field is None:
+    the layers as configured). A time budget's steps come from `time_step`."""
     if cfg.shallow_below_steps is None:
-        return model, None
+        return model, cfg, None
     layers = model.config.num_hidden_layers
     if cfg.time_budget is None:
         steps = cfg.max_steps or cfg.epochs * stream.steps_per_epoch()
@@ -103,12 +104,39 @@ def choose_depth(
         )
     threshold = f"{cfg.shallow_below_steps:,} steps"
     if steps >= cfg.shallow_below_steps or layers < 2:
-        return model, f"{layers} layers (auto: {why}; from {threshold} they learn more than half as many)"
+        return (
+            model,
+            cfg,
+            f"{layers} layers (auto: {why}; from {threshold} they learn more than half as many)",
+        )
     shallow = _fresh(ctx, device, cfg, dataclasses.replace(model.config, num_hidden_layers=layers // 2))
-    return (
-        shallow,
-        f"{layers // 2} layers (auto: {why}; below {threshold} half the layers learn more in the same time)",
+    why = f"{layers // 2} layers (auto: {why}; below {threshold} half the layers learn more in the same time)"
+    if cfg.shallow_learning_rate is None:
+        return shallow, cfg, why
+    if cfg.time_budget is not None:  # the timing leaves the model and the RNG states as they were
+        steps = cfg.time_budget / time_step(ctx, device, cfg, shallow)
+    cfg = short_run_rate(cfg, steps)
+    warmup = (
+        f"{cfg.warmup_ratio * steps:,.0f}" if cfg.time_budget is None else f"~{cfg.warmup_ratio * steps:,.0f}"
+    )
+    rate = (
+        f"at a peak rate of {cfg.learning_rate:g}, warming up over {warmup} steps (shallow_learning_rate: "
+        "the rate at which few steps of half the layers learn more; --set learning_rate=... chooses)"
+    )
+    return shallow, cfg, f"{why}, {rate}"
+
+
+def short_run_rate(cfg: TrainConfig, steps: float) -> TrainConfig:
+    """`cfg` with `shallow_learning_rate` as its peak rate and a warm-up over at least
+    `SHORT_RUN_WARMUP_STEPS` of a run's `steps` (at most half of them), for a run the depth rule halved.
+
+    Half the layers at twice the rate learn more masked words in the steps of the slower CPUs' first runs,
+    provided the warm-up is not a few dozen steps: at 1,000 steps with 60 the rate stalled on the
+    frequent-words plateau (record 2026-12-06-short-run-rate)."""
+    floor = min(SHORT_RUN_WARMUP_STEPS / max(steps, 1.0), 0.5)
+    return dataclasses.replace(
+        cfg, learning_rate=cfg.shallow_learning_rate, warmup_ratio=max(cfg.warmup_ratio, round(floor, 4))
     )
 
 
-__all__ = ["choose_depth", "choose_shape", "choose_size", "time_step"]
+__all__ = ["choose_depth", "choose_shape", "choose_size", "short_run_rate", "time_step"]
