@@ -553,6 +553,23 @@ def test_a_halved_run_trains_at_the_short_run_rate_warmed_up_over_its_floor(tmp_
     said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("nanobert: depth")]
     assert trained(tmp_path / "timed") == (3e-3, 0.18) and len(said) == 1, said
     assert "at a peak rate of 0.003, warming up over ~180 steps (shallow_learning_rate" in said[0]
+    # from SHORT_RUN_STEPS of its own steps (here ~10,000 of 0.2 ms) the halved run keeps the configured rate
+    monkeypatch.setattr(
+        nanobert.pretraining.size_rule,
+        "step_seconds",
+        lambda model, *step: 0.0002 * 2 ** (model.config.num_hidden_layers - 1),
+    )
+    capsys.readouterr()
+    long = [*argv[:4], str(tmp_path / "long"), "--device", "cpu", "--time-budget", "2", "--set", *TINY_SET]
+    assert main([*long, "shallow_below_steps=20000", "shallow_learning_rate=3e-3", "learning_rate=7e-4"]) == 0
+    said = [
+        line for line in capsys.readouterr().err.splitlines() if line.startswith("nanobert: depth 1 layers")
+    ]
+    assert trained(tmp_path / "long") == (7e-4, 0.06) and len(said) == 1, said
+    assert (
+        "~10,000 of their steps at a peak rate of 0.0007 (shallow_learning_rate is for fewer than 5,000)"
+        in said[0]
+    )
 
 
 def test_the_short_run_rate_keeps_a_longer_warm_up_and_caps_a_short_one():

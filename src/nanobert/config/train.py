@@ -71,9 +71,10 @@ class TrainConfig:
     # rate of the configured depth measured before it starts) gives fewer steps than this trains half its
     # layers instead; None: the layers as configured. The first run with no options sets it (DEPTH_STEPS).
     shallow_below_steps: int | None = None
-    # the short run's rate: a run that rule halves trains at this peak rate instead of learning_rate, warming
-    # up over at least `recipes.SHORT_RUN_WARMUP_STEPS` of its steps (`size_rule.short_run_rate`); None:
-    # learning_rate. The first run with no options sets it (SHORT_RUN_RATE) unless a rate or warm-up is set.
+    # the short run's rate: a run that rule halves, making fewer than `recipes.SHORT_RUN_STEPS` steps, trains
+    # at this peak rate instead of learning_rate, warming up over at least `recipes.SHORT_RUN_WARMUP_STEPS`
+    # (`size_rule.short_run_rate`); None: learning_rate. The first run with no options sets it
+    # (SHORT_RUN_RATE) unless a rate or warm-up is set.
     shallow_learning_rate: float | None = None
     # size that follows the device: a new run with a time budget times one step of each shape of
     # `recipes.GPU_SHAPES` here and trains the largest that leaves at least this many steps in the budget;

@@ -8,8 +8,8 @@ every other choice in one place, and its log says each one:
   on a GPU `wikitext2-gpu`, its start at a batch that keeps a GPU busy;
 - **the length**: `DEFAULT_BUDGET` seconds (about 15 minutes on a laptop CPU, 3 on a GPU);
 - **the depth** (CPU recipe): half the layers where the plan gives four fewer than `DEPTH_STEPS` steps, a
-  step timed on this machine (`size_rule.choose_depth`), and those few steps at twice the rate
-  (`SHORT_RUN_RATE`, warmed up over at least `SHORT_RUN_WARMUP_STEPS`);
+  step timed on this machine (`size_rule.choose_depth`), and fewer than `SHORT_RUN_STEPS` of those at
+  twice the rate (`SHORT_RUN_RATE`, warmed up over at least `SHORT_RUN_WARMUP_STEPS`);
 - **the shape** (GPU recipe): the largest of `GPU_SHAPES` whose step, timed on the device, leaves
   `GPU_MIN_STEPS` steps in the budget (`size_rule.choose_shape`);
 - **the precision**: fp32 or bf16 autocast, whichever a timed step says is faster here
@@ -185,10 +185,12 @@ DEFAULT_BUDGET = {"cpu": 900.0, "cuda": 180.0}
 # words, in the time of 12,000 four did (8,000 steps), on two seeds each (record 2026-12-06-first-run-depth).
 # The threshold is on the timed estimate, which evaluations and the optimizer trim by about 15% in a run.
 DEPTH_STEPS = 5000
-# ... and the two layers it then trains learn more at twice the recipe's rate, warmed up over at least 180
-# steps: at 1,000 / 3,338 / 5,529 steps (2026-12-06-short-run-rate). Not for long runs: at 12,000 steps
-# of two layers the doubled rate learned next sentence later (2026-12-06-nsp-onset-by-seed).
+# ... and the two layers it then trains, where they make fewer than SHORT_RUN_STEPS, learn more at twice the
+# recipe's rate, warmed up over at least 180 steps: at 1,000, 3,000 and the AVX2 first run's 3,338 steps
+# more masked words, next sentence no later, STS-B no lower; at the AVX512-BF16 first run's 5,529 mixed
+# (2026-12-06-short-run-rate), and at 12,000 next sentence came later (2026-12-06-nsp-onset-by-seed).
 SHORT_RUN_RATE = 2e-3
+SHORT_RUN_STEPS = 5000
 SHORT_RUN_WARMUP_STEPS = 180
 # The GPU first run's shapes, largest first: it trains the largest whose step, timed on the device, leaves
 # GPU_MIN_STEPS steps in its budget (on the CPU the recipe leaves the frequent-words plateau within ~500
@@ -210,7 +212,7 @@ def new_run_configs(
     most of few cores), its GPU counterpart on a GPU, and a first-run length of `DEFAULT_BUDGET` seconds.
     A run whose length nobody chose gets that budget too. The CPU recipe without `--preset` leaves its depth
     to the steps the run can make (`shallow_below_steps=DEPTH_STEPS`) unless the layers or that threshold
-    are set, and trains the halved depth at `SHORT_RUN_RATE` unless a rate or warm-up is set; the GPU
+    are set, and a halved depth's short run at `SHORT_RUN_RATE` unless a rate or warm-up is set; the GPU
     recipe leaves its shape to the steps the device makes (`min_planned_steps=GPU_MIN_STEPS`) unless a
     shape field or that threshold is set. The note says what was chosen when the user did not.
     """
@@ -291,6 +293,7 @@ __all__ = [
     "MODEL_PRESETS",
     "PRESETS",
     "SHORT_RUN_RATE",
+    "SHORT_RUN_STEPS",
     "SHORT_RUN_WARMUP_STEPS",
     "build_configs",
     "loss_note",

@@ -20,7 +20,7 @@ from nanobert.data.streams import BatchStream
 from nanobert.engine.distributed import Distributed
 from nanobert.engine.precision import step_seconds, training_precision
 from nanobert.objectives.registry import objective_of
-from nanobert.pretraining.recipes import GPU_SHAPES, MODEL_PRESETS, SHORT_RUN_WARMUP_STEPS
+from nanobert.pretraining.recipes import GPU_SHAPES, MODEL_PRESETS, SHORT_RUN_STEPS, SHORT_RUN_WARMUP_STEPS
 
 
 def choose_size(
@@ -87,8 +87,9 @@ def choose_depth(
 ) -> tuple[torch.nn.Module, TrainConfig, str | None]:
     """`model`, or a fresh one with half its layers where the plan gives it fewer than
     `cfg.shallow_below_steps` steps; the config it trains with (`short_run_rate` for the halved one where
-    `cfg.shallow_learning_rate` is set); and a sentence saying which and why (None when that field is None:
-    the layers as configured). A time budget's steps come from `time_step`."""
+    `cfg.shallow_learning_rate` is set and it makes fewer than `SHORT_RUN_STEPS`); and a sentence saying
+    which and why (None when that field is None: the layers as configured). A time budget's steps come
+    from `time_step`."""
     if cfg.shallow_below_steps is None:
         return model, cfg, None
     layers = model.config.num_hidden_layers
@@ -113,24 +114,37 @@ def choose_depth(
     why = f"{layers // 2} layers (auto: {why}; below {threshold} half the layers learn more in the same time)"
     if cfg.shallow_learning_rate is None:
         return shallow, cfg, why
-    if cfg.time_budget is not None:  # the timing leaves the model and the RNG states as they were
-        steps = cfg.time_budget / time_step(ctx, device, cfg, shallow)
-    cfg = short_run_rate(cfg, steps)
-    warmup = (
-        f"{cfg.warmup_ratio * steps:,.0f}" if cfg.time_budget is None else f"~{cfg.warmup_ratio * steps:,.0f}"
-    )
-    rate = (
-        f"at a peak rate of {cfg.learning_rate:g}, warming up over {warmup} steps (shallow_learning_rate: "
-        "the rate at which few steps of half the layers learn more; --set learning_rate=... chooses)"
-    )
+    cfg, rate = _short_run(ctx, device, cfg, shallow, steps)
     return shallow, cfg, f"{why}, {rate}"
+
+
+def _short_run(
+    ctx: Distributed, device: torch.device, cfg: TrainConfig, shallow: torch.nn.Module, steps: float
+) -> tuple[TrainConfig, str]:
+    """The halved run's config and the log's words on its rate: `short_run_rate` below `SHORT_RUN_STEPS` of
+    its own steps (a time budget's from a step of `shallow` timed here), else the rate as configured."""
+    about = ""
+    if cfg.time_budget is not None:  # the timing leaves the model and the RNG states as they were
+        steps, about = cfg.time_budget / time_step(ctx, device, cfg, shallow), "~"
+    if steps >= SHORT_RUN_STEPS:
+        return cfg, (
+            f"{about}{steps:,.0f} of their steps at a peak rate of {cfg.learning_rate:g} "
+            f"(shallow_learning_rate is for fewer than {SHORT_RUN_STEPS:,})"
+        )
+    cfg = short_run_rate(cfg, steps)
+    return cfg, (
+        f"at a peak rate of {cfg.learning_rate:g}, warming up over {about}{cfg.warmup_ratio * steps:,.0f} "
+        "steps (shallow_learning_rate: the rate at which few steps of half the layers learn more; "
+        "--set learning_rate=... chooses)"
+    )
 
 
 def short_run_rate(cfg: TrainConfig, steps: float) -> TrainConfig:
     """`cfg` with `shallow_learning_rate` as its peak rate and a warm-up over at least
-    `SHORT_RUN_WARMUP_STEPS` of a run's `steps` (at most half of them), for a run the depth rule halved.
+    `SHORT_RUN_WARMUP_STEPS` of a run's `steps` (at most half of them), for a run the depth rule halved that
+    makes fewer than `SHORT_RUN_STEPS`.
 
-    Half the layers at twice the rate learn more masked words in the steps of the slower CPUs' first runs,
+    Half the layers at twice the rate learn more masked words in the steps of the AVX2 CPUs' first runs,
     provided the warm-up is not a few dozen steps: at 1,000 steps with 60 the rate stalled on the
     frequent-words plateau (record 2026-12-06-short-run-rate)."""
     floor = min(SHORT_RUN_WARMUP_STEPS / max(steps, 1.0), 0.5)
