@@ -81,6 +81,35 @@ def test_auto_precision_is_the_faster_one_measured_here_and_is_cached(tmp_path, 
     assert choose_precision("bf16", cpu, step, "shape B")[0] is torch.bfloat16 and calls == []
 
 
+def test_the_cached_choice_is_the_kernels_own(tmp_path, monkeypatch):
+    # The same CPU with its kernels held to a smaller instruction set measures again rather than reading the
+    # choice made with all of them.
+    from nanobert.device import choose_precision, cpu_kernels
+
+    monkeypatch.setenv("NANOBERT_CACHE", str(tmp_path))
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    now = [0.0]
+    monkeypatch.setattr("nanobert.device.time.perf_counter", lambda: now[0])
+    calls = []
+
+    def step(dtype, slow):
+        calls.append(dtype)
+        now[0] += 0.02 if dtype is slow else 0.001
+
+    cpu = torch.device("cpu")
+    assert choose_precision("auto", cpu, lambda d: step(d, slow=None), "shape K")[0] is torch.bfloat16
+    native = cpu_kernels()
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert cpu_kernels() == f"{native}, oneDNN AVX2"
+    calls.clear()
+    assert choose_precision("auto", cpu, lambda d: step(d, slow=torch.bfloat16), "shape K")[0] is None
+    assert len(calls) == 8  # measured, not read from the cache
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    calls.clear()
+    assert choose_precision("auto", cpu, lambda d: step(d, slow=None), "shape K")[0] is torch.bfloat16
+    assert calls == []
+
+
 def test_a_close_call_is_not_cached(tmp_path, monkeypatch):
     # Two precisions within 10% of each other (what a busy machine makes of any two) are measured again.
     from nanobert.device import choose_precision, precision_cache

@@ -105,6 +105,14 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_kernels() -> str:
+    """The instruction sets torch's CPU kernels run with here: ATen's capability, and oneDNN's limit where
+    ONEDNN_MAX_CPU_ISA sets one. Limited (ATEN_CPU_CAPABILITY=avx2, ...), the same CPU times the precisions
+    differently: on an AMX Xeon held to AVX2, bf16 took 17 s a step against fp32's 0.29 s."""
+    limit = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    return torch.backends.cpu.get_cpu_capability() + (f", oneDNN {limit}" if limit else "")
+
+
 CLEAR_WIN = 1.1  # a precision measured at least this much faster is cached as the choice for its key
 
 
@@ -120,15 +128,16 @@ def choose_precision(
     `step(dtype)` runs one forward and backward pass of the job's model on a batch of its shape (no
     optimizer step); for "auto" on a CPU each precision gets a warm-up step and then `trials` timed steps,
     the two precisions taking turns so that a passing load slows both alike; the one with the lower median
-    is kept and, when it won by at least CLEAR_WIN, cached under (CPU, torch, threads, `shape`), so the next
-    run of that shape on this machine does not measure again. The caller keeps RNG states and gradients as
-    they were.
+    is kept and, when it won by at least CLEAR_WIN, cached under (CPU, its kernels, torch, threads, `shape`),
+    so the next run of that shape on this machine does not measure again. The caller keeps RNG states and
+    gradients as they were.
     """
     if precision in ("fp32", "bf16"):
         return autocast_dtype(precision, device), f"{precision}, as asked"
     if device.type != "cpu":
         return torch.bfloat16, "bf16 autocast: auto on a GPU"
-    key = f"{cpu_name()} | torch {torch.__version__} | {torch.get_num_threads()} threads | {shape}"
+    threads = torch.get_num_threads()
+    key = f"{cpu_name()} | {cpu_kernels()} | torch {torch.__version__} | {threads} threads | {shape}"
     cache = _read_cache()
     measured = cache.get(key) or time_steps(step, {"fp32": None, "bf16": torch.bfloat16}, trials)
     seconds = {name: round(value, 5) for name, value in measured.items()}
@@ -236,6 +245,7 @@ __all__ = [
     "evaluating",
     "choose_precision",
     "cpu_has_native_bf16",
+    "cpu_kernels",
     "cpu_name",
     "hardware_description",
     "resolve_device",
