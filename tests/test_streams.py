@@ -112,6 +112,37 @@ def test_whole_words_are_masked_while_the_run_is_young_and_the_mode_resumes():
         assert all(torch.equal(want[k], got[k]) for k in want)
 
 
+def test_the_masking_rate_moves_toward_final_mask_prob_by_epoch_and_resumes():
+    """With final_mask_prob, each epoch masks at the rate its start gives (mask_prob moved linearly by the
+    share of the run done); the epoch under way keeps its rate, and the rate travels with the stream state."""
+    docs = [[[5 + (d * 7 + s) % 40] * (3 + s % 4) for s in range(30)] for d in range(6)]
+    cfg = TrainConfig(max_seq_len=24, batch_size=4, mask_prob=0.6, final_mask_prob=0.2)
+    assert cfg.epoch_mask_prob(0.0) == 0.6 and cfg.epoch_mask_prob(0.5) == pytest.approx(0.4)
+    assert cfg.epoch_mask_prob(1.5) == pytest.approx(0.2)  # a run trained on past its plan stays at the end
+
+    def share(batches) -> float:  # masked over maskable (not [CLS], [SEP] or padding) tokens
+        masked = sum(int((b["labels"] != -100).sum()) for b in batches)
+        return masked / sum(int(((b["labels"] != -100) | (b["input_ids"] >= 5)).sum()) for b in batches)
+
+    stream = BatchStream(docs, cfg, MaskingCollator(50, mask_prob=cfg.mask_prob, seed=3))
+    stream.set_progress(0.75)  # the epoch under way keeps its rate
+    first = []
+    while stream.epoch == 0:
+        first.append(stream.next())  # the last is the next epoch's first
+    assert stream.mask_prob == pytest.approx(0.3)
+    later = first[-1:] + [stream.next() for _ in range(len(first) - 2)]
+    assert share(first[:-1]) == pytest.approx(0.6, abs=0.05) and share(later) == pytest.approx(0.3, abs=0.05)
+    state = stream.state_dict()
+    ahead = [stream.next() for _ in range(3)]
+    again = BatchStream(docs, cfg, MaskingCollator(50, mask_prob=cfg.mask_prob, seed=99))  # the state wins
+    again.load_state_dict(state)
+    for want in ahead:
+        got = again.next()
+        assert all(torch.equal(want[k], got[k]) for k in want)
+    with pytest.raises(NanobertError, match="final_mask_prob"):
+        TrainConfig(final_mask_prob=1.0)
+
+
 def whole_word_collator(cfg: TrainConfig, word_start: torch.Tensor, seed: int = 3) -> MaskingCollator:
     return MaskingCollator(
         50, mask_prob=cfg.mask_prob, seed=seed, whole_word_mask=True, word_start=word_start

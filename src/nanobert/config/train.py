@@ -30,6 +30,10 @@ class TrainConfig:
     tokenizer_min_frequency: int = 2  # a word piece must occur this often to enter the vocabulary
     max_seq_len: int = 128
     mask_prob: float = 0.15
+    # masking-rate schedule: an epoch masks at mask_prob moved linearly toward final_mask_prob by the share of
+    # the run done when it starts (None: mask_prob throughout), so a run can learn from many masked words
+    # early and end reading as much context as scoring one masked word gives it
+    final_mask_prob: float | None = None
     max_predictions: int | None = None  # cap on masked positions per sequence (None: no cap)
     short_seq_prob: float = 0.1  # Google's probability of a shorter target length, so short inputs are seen
     whole_word_mask: bool = False
@@ -131,6 +135,11 @@ class TrainConfig:
         return [
             ("max_seq_len", self.max_seq_len >= 8, "at least 8"),
             ("mask_prob", 0.0 < self.mask_prob < 1.0, "in (0, 1)"),
+            (
+                "final_mask_prob",
+                self.final_mask_prob is None or 0.0 < self.final_mask_prob < 1.0,
+                "in (0, 1), or None",
+            ),
             ("causal_fraction", 0.0 <= self.causal_fraction <= 1.0, "in [0, 1]"),
             ("nsp_loss_weight", 0.0 < self.nsp_loss_weight < math.inf, "positive and finite"),
             (
@@ -207,6 +216,12 @@ class TrainConfig:
             seq_len = self.short_seq_len
         return seq_len, self.batch_size * self.max_seq_len // seq_len
 
+    def epoch_mask_prob(self, progress: float) -> float:
+        """The masking rate of an epoch that starts when `progress` of the run is done."""
+        if self.final_mask_prob is None:
+            return self.mask_prob
+        return self.mask_prob + (self.final_mask_prob - self.mask_prob) * min(max(progress, 0.0), 1.0)
+
     def epoch_whole_words(self, progress: float) -> bool:
         """Whether an epoch that starts when `progress` of the run is done masks whole words."""
         return self.whole_word_mask and progress < self.whole_word_mask_share
@@ -216,9 +231,9 @@ class TrainConfig:
 SECTIONS: dict[str, tuple[str, ...]] = {
     "what is learned": ("objective", "causal_fraction", "nsp_loss_weight", "seed"),
     "the data": (
-        "vocab_size", "tokenizer_min_frequency", "max_seq_len", "mask_prob", "max_predictions",
-        "short_seq_prob", "whole_word_mask", "whole_word_mask_share", "short_seq_len", "short_seq_share",
-        "dupe_factor", "bucket_by_length", "pad_to_multiple_of",
+        "vocab_size", "tokenizer_min_frequency", "max_seq_len", "mask_prob", "final_mask_prob",
+        "max_predictions", "short_seq_prob", "whole_word_mask", "whole_word_mask_share", "short_seq_len",
+        "short_seq_share", "dupe_factor", "bucket_by_length", "pad_to_multiple_of",
     ),
     "the start the recipe keeps": ("keep_roles",),
     "the optimiser": (

@@ -151,6 +151,7 @@ class BatchStream:
         self.progress = 0.0  # the fraction of the run done, as the training loop last said
         self.shape = cfg.epoch_shape(self.progress)  # this epoch's (window length, batch size)
         self.whole_words = cfg.epoch_whole_words(self.progress)  # and whether it masks whole words
+        self.mask_prob = cfg.epoch_mask_prob(self.progress)  # and at which rate
         self._batches: list | None = None
 
     def set_progress(self, progress: float) -> None:
@@ -200,8 +201,11 @@ class BatchStream:
                 self.epoch, self.window, empty = self.epoch + 1, 0, True
                 self.shape = self.cfg.epoch_shape(self.progress)
                 self.whole_words = self.cfg.epoch_whole_words(self.progress)
+                self.mask_prob = self.cfg.epoch_mask_prob(self.progress)
         if self.cfg.whole_word_mask:  # the collator masks as the epoch does (whole_word_mask_share)
             self.collator.whole_word_mask = self.whole_words
+        if self.cfg.final_mask_prob is not None:  # and at the epoch's rate
+            self.collator.mask_prob = self.mask_prob
         batch = self.collator(self._load()[self.index])
         self.index += 1
         batch = shard_batch(batch, self.rank, self.world_size)
@@ -220,6 +224,7 @@ class BatchStream:
             "seq_len": self.shape[0],
             "batch_size": self.shape[1],
             "whole_words": self.whole_words,
+            "mask_prob": self.mask_prob,
             "collator": self.collator.state_dict(),
         }
 
@@ -229,6 +234,7 @@ class BatchStream:
         full = self.cfg.max_seq_len, self.cfg.batch_size  # and from before the length schedule
         self.shape = int(state.get("seq_len", full[0])), int(state.get("batch_size", full[1]))
         self.whole_words = bool(state.get("whole_words", self.cfg.whole_word_mask))  # older: the whole run
+        self.mask_prob = float(state.get("mask_prob", self.cfg.mask_prob))  # older: one rate for the run
         self._batches = None
         self.collator.load_state_dict(state["collator"])
 
