@@ -50,6 +50,14 @@ def test_a_hybrid_batch_labels_output_t_with_the_token_at_t_plus_1_for_both_kind
     assert (masked["input_ids"][rows, cols + 1] == MASK_ID).float().mean() > 0.5  # 80/10/10
 
 
+def test_a_masking_rate_set_on_the_hybrid_collator_masks_its_masked_batches_at_it():
+    """The stream sets each epoch's rate (final_mask_prob) on the collator; the hybrid one passes it on."""
+    hybrid = collator(causal_fraction=0.0)
+    few = int((hybrid(WINDOWS)["labels"] != IGNORE_INDEX).sum())
+    hybrid.mask_prob = 0.6
+    assert hybrid.masking.mask_prob == 0.6 and int((hybrid(WINDOWS)["labels"] != IGNORE_INDEX).sum()) > few
+
+
 def test_the_causal_fraction_draws_batches_from_the_seed_and_resumes_exactly():
     a = collator(0.5)
     kinds = [bool(a(WINDOWS)["causal"][0]) for _ in range(40)]

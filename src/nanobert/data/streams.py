@@ -204,7 +204,7 @@ class BatchStream:
                 self.mask_prob = self.cfg.epoch_mask_prob(self.progress)
         if self.cfg.whole_word_mask:  # the collator masks as the epoch does (whole_word_mask_share)
             self.collator.whole_word_mask = self.whole_words
-        if self.cfg.final_mask_prob is not None:  # and at the epoch's rate
+        if self.cfg.final_mask_prob is not None and hasattr(self.collator, "mask_prob"):  # the epoch's rate
             self.collator.mask_prob = self.mask_prob
         batch = self.collator(self._load()[self.index])
         self.index += 1

@@ -91,6 +91,15 @@ class HybridCollator:
             return next_word_batch(self.next_word, windows)
         return masked_batch(self.masking, windows)
 
+    @property
+    def mask_prob(self) -> float:
+        """The masking collator's rate (a stream sets it per epoch under final_mask_prob)."""
+        return self.masking.mask_prob
+
+    @mask_prob.setter
+    def mask_prob(self, rate: float) -> None:
+        self.masking.mask_prob = rate
+
     def state_dict(self) -> dict[str, Any]:
         return {"generator": self.generator.get_state(), "masking": self.masking.state_dict()}
 
