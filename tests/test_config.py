@@ -1,9 +1,11 @@
+import dataclasses
+
 import pytest
 
 from nanobert.cli.overrides import parse_overrides
 from nanobert.config import FinetuneConfig
 from nanobert.errors import NanobertError
-from nanobert.pretraining.recipes import PRESETS, build_configs, preset_configs
+from nanobert.pretraining.recipes import PRESETS, build_configs, masking_note, preset_configs, training_notes
 
 
 def test_overrides_are_typed_and_routed():
@@ -94,6 +96,18 @@ def test_only_the_objective_with_a_next_sentence_term_weighs_it():
     assert train.nsp_loss_weight == 4.0
     with pytest.raises(NanobertError, match="nsp_loss_weight weighs the next-sentence term"):
         build_configs("toy", train_overrides={"nsp_loss_weight": 4.0, "objective": "causal"})
+
+
+def test_the_recipes_mask_fewer_words_as_the_run_goes_and_the_log_says_so():
+    for preset in ("wikitext2-cpu", "wikitext2-gpu"):
+        _, train = build_configs(preset)
+        assert (train.mask_prob, train.final_mask_prob) == (0.45, 0.15)
+        assert "masking 45% of the words in the first epoch, moving to 15%" in masking_note(train)
+        assert masking_note(train) in training_notes(train, "roles", preset)
+    _, one_rate = build_configs("wikitext2-cpu", train_overrides={"final_mask_prob": None})
+    assert masking_note(one_rate) is None and one_rate.epoch_mask_prob(0.9) == 0.45
+    assert masking_note(dataclasses.replace(one_rate, final_mask_prob=0.45)) is None
+    assert parse_overrides(["final_mask_prob=none"])[1] == {"final_mask_prob": None}
 
 
 def test_a_nan_model_setting_is_refused():

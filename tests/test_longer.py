@@ -14,7 +14,9 @@ from nanobert.cli import main
 # The recipes' schedule (the peak held, a decay over the last 30%) with no warmup, so that a run and a longer
 # one plan the same rate for every step before the shorter one's decay; dropout draws from the RNG a
 # checkpoint restores.
-HOLD = ["--set", "warmup_ratio=0", "decay_ratio=0.3", "hidden_dropout_prob=0.1"]
+# one masking rate: the recipe's schedule (final_mask_prob) follows the plan of the moment, so a longer run is
+# the longer plan's run step for step only without it (test_the_masking_schedule_follows_the_longer_plan)
+HOLD = ["--set", "warmup_ratio=0", "decay_ratio=0.3", "hidden_dropout_prob=0.1", "final_mask_prob=none"]
 
 
 def pretrain(tmp_path, out, *extra, quiet=True):
@@ -67,6 +69,21 @@ def test_a_longer_run_continues_from_before_the_decay_as_one_run_of_its_length(t
     assert (kept / "best" / "model.safetensors").read_bytes() == shorter_best
     assert read(kept / "last" / "config.json")["step"] == 20
     assert not (branch / "ended-at-step-20").exists()
+
+
+def test_the_masking_schedule_follows_the_longer_plan(tmp_path):
+    """With the recipe's masking schedule (45% moving to 15%), the epochs of a longer run mask at the rate its
+    own plan gives them: the last epoch of 20 then 30 steps at a rate only the 30-step plan reaches."""
+    run = tmp_path / "run"
+    assert pretrain(tmp_path, run, "--max-steps", "20") == 0
+    assert main(["pretrain", "--resume", str(run), "--max-steps", "30", "--quiet"]) == 0
+    data = torch.load(run / "last" / "trainer_state.pt", weights_only=False)["data"]
+
+    def rate(done: float) -> float:  # an epoch that starts when `done` of the run is done
+        return 0.45 + (0.15 - 0.45) * done
+
+    assert data["epoch"] >= 3 and data["mask_prob"] < rate(19 / 20)  # below the 20-step plan's last rate
+    assert any(data["mask_prob"] == pytest.approx(rate(step / 30)) for step in range(20, 30))
 
 
 def test_a_longer_run_keeps_the_warmup_it_had(tmp_path):

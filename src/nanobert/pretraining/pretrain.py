@@ -69,7 +69,7 @@ from nanobert.model import BertForPreTraining
 from nanobert.objectives.mlm_nsp import nsp_not_learned
 from nanobert.objectives.registry import OBJECTIVES, Objective, objective_of
 from nanobert.pretraining.longer import longer_command, longer_note
-from nanobert.pretraining.recipes import loss_note, pair_note
+from nanobert.pretraining.recipes import training_notes
 from nanobert.pretraining.resume import continue_records, refuse_a_finished_run
 from nanobert.pretraining.size_rule import choose_size
 from nanobert.tokenizer import encode_documents, load_tokenizer, tokenizer_digest, train_tokenizer
@@ -366,7 +366,7 @@ def _job(setup: _Setup, stop_after: int | None, preset: str | None, quiet: bool)
     log = RunLog(s.out_dir, plan.total_steps, run.step, quiet, write=s.ctx.is_main)
     log.say(f"nanobert: precision {why}")
     log.say(f"nanobert: {reproduced_by(cfg, s.tokenizer)}")
-    for note in (s.size_note, pair_note(cfg, model.config.attention_init, preset), loss_note(cfg)):
+    for note in (s.size_note, *training_notes(cfg, model.config.attention_init, preset)):
         if note:
             log.say(f"nanobert: {note}")
     if s.resume is not None:

@@ -48,11 +48,15 @@ RECIPE_START = dict(
     position_embedding_scale=3.0,
     attention_init="roles",
 )
-# ... and their training: 45% masking; the peak rate held, then a decay over the last 30% of the run
-# (2026-11-29-step-protocol); a log line every 50 steps; best_margin about one standard error; the pair kept:
-# the "what" heads keep their word match while pretraining, which fine-tuning on sentence pairs reads
-# (keep_roles: STS-B 0.82 against 0.55 without it, 2026-12-04-pair-kept; 2026-12-05-pair-kept-by-default).
-RECIPE_TRAINING = dict(mask_prob=0.45, decay_ratio=0.3, log_interval=50, best_margin=0.006, keep_roles=True)
+# ... and their training: 45% masking in the first epoch, moving by epoch to 15% at the end (more masked
+# words and grammar at an hour of one core, 2026-12-06-grammar-levers); the peak rate held, then a decay
+# over the last 30% of the run (2026-11-29-step-protocol); a log line every 50 steps; best_margin about one
+# standard error; the pair kept: the "what" heads keep their word match while pretraining, which fine-tuning
+# on sentence pairs reads (keep_roles: STS-B 0.82 against 0.55 without it, 2026-12-04-pair-kept;
+# 2026-12-05-pair-kept-by-default).
+RECIPE_TRAINING = dict(
+    mask_prob=0.45, final_mask_prob=0.15, decay_ratio=0.3, log_interval=50, best_margin=0.006, keep_roles=True
+)
 
 PRESETS: dict[str, dict[str, Any]] = {
     **{name: {"model": dict(shape), "train": {}} for name, shape in MODEL_PRESETS.items()},
@@ -284,6 +288,24 @@ def loss_note(train_config: TrainConfig) -> str | None:
     return f"the loss is MLM + {train_config.nsp_loss_weight:g} x NSP (nsp_loss_weight; BERT's sum: 1)"
 
 
+def masking_note(train_config: TrainConfig) -> str | None:
+    """The log's line on a masking rate that moves over the run (`final_mask_prob`), or None for one rate."""
+    start, end = train_config.mask_prob, train_config.final_mask_prob
+    if end is None or end == start:
+        return None
+    return (
+        f"masking {start:.0%} of the words in the first epoch, moving to {end:.0%} by the end of the run "
+        "(final_mask_prob: many masked words to learn from early, then the context a single masked word "
+        "leaves, which learns more masked words and grammar; --set final_mask_prob=none keeps one rate)"
+    )
+
+
+def training_notes(train_config: TrainConfig, attention_init: str, preset: str | None) -> list[str]:
+    """The log's lines on what the run learns beyond BERT's recipe: the pair kept, the loss, the masking."""
+    pair = pair_note(train_config, attention_init, preset)
+    return [note for note in (pair, loss_note(train_config), masking_note(train_config)) if note]
+
+
 __all__ = [
     "DEFAULT_BUDGET",
     "DEPTH_STEPS",
@@ -297,7 +319,9 @@ __all__ = [
     "SHORT_RUN_WARMUP_STEPS",
     "build_configs",
     "loss_note",
+    "masking_note",
     "new_run_configs",
     "pair_note",
     "preset_configs",
+    "training_notes",
 ]
