@@ -2,7 +2,8 @@
 and side by side with the same step of another revision of nanobert, in one process.
 
 The step is the trainer's (`engine.loop.Loop.train_step`) at the first run's shape (the `wikitext2-cpu`
-recipe at the two layers its depth rule picks on the default-scale corpus: H 128, V 8,192, batch 32 x 128,
+recipe at the two layers its depth rule picks on the default-scale corpus on AVX2 and AVX512-BF16 CPUs, or
+the four an AMX Xeon's first run trains with `--layers 4`: H 128, V 8,192, batch 32 x 128,
 45% of tokens masked, no dropout, roles attention kept by `keep_roles`): forward under the precision's
 autocast with the query layout the trainer feeds, backward, the gradient norm clipped, torch's fused AdamW.
 Batches are random token ids (throughput.py's `make_batches`); speed does not depend on the words.
@@ -92,9 +93,9 @@ def tree_at(rev: str, into: Path) -> Path:
 class Step:
     """The trainer's step for one tree: model, fused AdamW, keep_roles, clip; `run(batch)` is one step."""
 
-    def __init__(self, tree, amp_dtype, seed: int = 0, compile: bool = False):
+    def __init__(self, tree, amp_dtype, layers: int = 2, seed: int = 0, compile: bool = False):
         preset = tree.recipes.PRESETS["wikitext2-cpu"]["model"]
-        self.config = tree.config.ModelConfig(**{**preset, "num_hidden_layers": 2, "vocab_size": 8192})
+        self.config = tree.config.ModelConfig(**{**preset, "num_hidden_layers": layers, "vocab_size": 8192})
         torch.manual_seed(seed)
         self.model = tree.model.BertForPreTraining(self.config).train()
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
@@ -231,6 +232,8 @@ def parse_args(argv=None):
     p.add_argument("--rounds", type=positive_int, default=5)
     p.add_argument("--threads", type=positive_int, help="torch threads (default: torch's choice)")
     p.add_argument("--mask-prob", type=float, default=0.45, help="the first run's training masking")
+    # two layers: the first run's depth on AVX2 and AVX512-BF16 CPUs; an AMX Xeon's first run trains four
+    p.add_argument("--layers", type=positive_int, default=2, help="encoder layers (the first run's depth)")
     p.add_argument("--json", type=Path, help="write every figure to this JSON file")
     args = p.parse_args(argv)
     if not 0 < args.mask_prob <= 1:
@@ -252,12 +255,13 @@ def build_sides(args, amp_dtype) -> dict[str, Step]:
     with tempfile.TemporaryDirectory() as tmp:
         sides = {}
         if args.before:
-            sides[f"before ({args.before})"] = Step(load_nanobert(tree_at(args.before, Path(tmp))), amp_dtype)
+            before = load_nanobert(tree_at(args.before, Path(tmp)))
+            sides[f"before ({args.before})"] = Step(before, amp_dtype, args.layers)
         here = load_nanobert(ROOT / "src")
         here.device.keep_freed_memory()  # what every nanobert job does on a CPU
-        sides["this tree"] = Step(here, amp_dtype)
+        sides["this tree"] = Step(here, amp_dtype, args.layers)
         if args.compile:
-            sides["this tree, compiled"] = Step(here, amp_dtype, compile=True)
+            sides["this tree, compiled"] = Step(here, amp_dtype, args.layers, compile=True)
     state = sides["this tree"].model.state_dict()
     for step in sides.values():
         step.model.load_state_dict(state)
@@ -290,8 +294,9 @@ def main() -> None:
     sides = build_sides(args, amp_dtype)
     flops = useful_flops(sides["this tree"].config, 32, 128, n_masked)
     peak = matmul_peak(amp_dtype)
-    report = {"precision": args.precision, "threads": torch.get_num_threads(), "torch": torch.__version__,
-              "peak_tflops": peak / 1e12, "useful_gflop_per_step": flops / 1e9, "sides": {}}  # fmt: skip
+    report = {"precision": args.precision, "layers": args.layers, "threads": torch.get_num_threads(),
+              "torch": torch.__version__, "peak_tflops": peak / 1e12,
+              "useful_gflop_per_step": flops / 1e9, "sides": {}}  # fmt: skip
     for name, step in sides.items():
         start = time.perf_counter()
         seconds_per_step(step, batches, 3)  # warm-up, and compilation

@@ -487,6 +487,7 @@ def test_data_pipeline_checks_its_arguments_before_the_pipeline(
         (["--before", "no-such-revision"], "--before no-such-revision: git finds no src/nanobert/model.py"),
         (["--mask-prob", "0"], "--mask-prob must be in (0, 1]"),
         (["--profile", "0"], "argument --profile"),
+        (["--layers", "0"], "argument --layers"),
     ],
 )
 def test_cpu_step_checks_its_arguments_before_building_a_step(bad, needle, monkeypatch, capsys):
@@ -512,12 +513,15 @@ def test_cpu_step_times_and_profiles_this_trees_step(tmp_path):
         "1",
         "--threads",
         "1",
+        "--layers",
+        "3",
         "--json",
         out,
     ]
     done = subprocess.run([sys.executable, BENCHMARKS / "cpu_step.py", *map(str, args)], capture_output=True)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     report = json.loads(out.read_text())
+    assert report["layers"] == 3  # the step's depth, as asked (an AMX Xeon's first run trains four)
     profile = report["profiles"]["this tree"]
     assert report["sides"]["this tree"]["tokens_per_s"] > 0 and profile["ceiling_ms"] > 0
     kinds = profile["ms_by_kind"]
