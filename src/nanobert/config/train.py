@@ -102,7 +102,8 @@ class TrainConfig:
     device: str = "auto"
     precision: str = "auto"  # auto = bf16 on CUDA; on a CPU the faster of fp32 and bf16, timed
     # torch.compile: off, since on a CPU at the first run's size it gave 1.04x (bf16) and 0.98x (fp32) after
-    # ~54 s of compiling (record 2026-12-06-bf16-step)
+    # ~54 s of compiling (record 2026-12-06-bf16-step), and 0.85-0.88x at the four layers an AMX Xeon's first
+    # run trains (2026-12-07-what-bounds-the-step)
     compile: bool = False
 
     def __post_init__(self) -> None:
