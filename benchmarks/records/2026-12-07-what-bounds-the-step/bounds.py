@@ -49,12 +49,8 @@ def swap_layer_norms(module: torch.nn.Module) -> None:
 
 
 def ms_per_step(step, batches) -> float:
-    for b in batches[:2]:
-        step.run(b)
-    start = time.perf_counter()
-    for i in range(STEPS):
-        step.run(batches[i % len(batches)])
-    return (time.perf_counter() - start) / STEPS * 1e3
+    cpu_step.seconds_per_step(step, batches, 2)  # warm-up
+    return cpu_step.seconds_per_step(step, batches, STEPS) * 1e3
 
 
 def dispatch_us(f, n=20000) -> float:
